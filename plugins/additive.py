@@ -1,0 +1,119 @@
+"""Additive (Bahdanau / concat) attention: score(q, k) = v^T tanh(W_q q + W_k k), per head.
+
+The naive form materialises a (batch, heads, q_len, k_len, d) tensor. Here the scores are computed
+over query chunks whose temporary stays under ``chunk_budget`` elements, and the backward pass
+recomputes each chunk instead of keeping it, so peak memory grows like the score matrix, not d times it.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+import zoo
+from zoo.functional import combine_masks, merge_heads, split_heads
+from zoo.reference import reference_mask, weighted_sum
+
+
+class ChunkedAdditiveScores(torch.autograd.Function):
+    """scores[b, h, i, j] = v[h] . tanh(qp[b, h, i] + kp[b, h, j]), chunked over i, recomputed in backward."""
+
+    @staticmethod
+    def forward(ctx, qp, kp, v, chunk):
+        ctx.save_for_backward(qp, kp, v)
+        ctx.chunk = chunk
+        batch, heads, q_len, _ = qp.shape
+        scores = qp.new_empty(batch, heads, q_len, kp.shape[2])
+        v_col = v.view(1, heads, 1, -1, 1)
+        for start in range(0, q_len, chunk):
+            t = torch.tanh(qp[:, :, start:start + chunk, None, :] + kp[:, :, None, :, :])
+            scores[:, :, start:start + chunk] = (t @ v_col).squeeze(-1)
+        return scores
+
+    @staticmethod
+    def backward(ctx, grad_scores):
+        qp, kp, v = ctx.saved_tensors
+        chunk, heads = ctx.chunk, qp.shape[1]
+        grad_q, grad_k, grad_v = torch.empty_like(qp), torch.zeros_like(kp), torch.zeros_like(v)
+        v_row = v.view(1, heads, 1, 1, -1)
+        for start in range(0, qp.shape[2], chunk):
+            t = torch.tanh(qp[:, :, start:start + chunk, None, :] + kp[:, :, None, :, :])
+            g = grad_scores[:, :, start:start + chunk].unsqueeze(-1)
+            grad_v += (g * t).sum(dim=(0, 2, 3))
+            dt = g * (1 - t * t) * v_row
+            grad_q[:, :, start:start + chunk] = dt.sum(dim=3)
+            grad_k += dt.sum(dim=2)
+        return grad_q, grad_k, grad_v, None
+
+
+def attend(scores, values, mask):
+    """Masked softmax over the keys, applied to the values; rows with no allowed key give zeros."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1) @ values
+    row_ok = mask.any(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(~(mask | ~row_ok), float("-inf")), dim=-1)
+    return weights.masked_fill(~row_ok, 0.0) @ values
+
+
+class AdditiveAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, chunk_budget: int = 2 ** 22):
+        super().__init__()
+        if isinstance(chunk_budget, bool) or not isinstance(chunk_budget, int) or chunk_budget < 1:
+            raise ValueError(f"chunk_budget must be a positive integer, got {chunk_budget!r}")
+        self.d_model, self.num_heads, self.chunk_budget = d_model, num_heads, chunk_budget
+        head = d_model // num_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=False)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.v = nn.Parameter(torch.empty(num_heads, head).uniform_(-1 / math.sqrt(head), 1 / math.sqrt(head)))
+
+    def projections(self, query, key, value):
+        h = self.num_heads
+        return split_heads(self.w_q(query), h), split_heads(self.w_k(key), h), split_heads(value, h)
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        qp, kp, values = self.projections(query, key, value)
+        batch, heads, k_len, width = kp.shape
+        chunk = max(1, self.chunk_budget // (batch * heads * k_len * width))
+        scores = ChunkedAdditiveScores.apply(qp, kp, self.v, chunk)
+        mask = combine_masks(attn_mask, is_causal, query.shape[1], k_len, query.device)
+        return merge_heads(attend(scores, values, mask))
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    h = module.num_heads
+    qp = query.double() @ module.w_q.weight.detach().double().T
+    kp = key.double() @ module.w_k.weight.detach().double().T + module.w_k.bias.detach().double()
+    qp, kp, values = (x.unflatten(-1, (h, -1)).transpose(1, 2) for x in (qp, kp, value.double()))
+    hidden = torch.tanh(qp.unsqueeze(3) + kp.unsqueeze(2))  # (b, h, q_len, k_len, d)
+    scores = torch.einsum("bhijd,hd->bhij", hidden, module.v.detach().double())
+    mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
+    return weighted_sum(scores, values, mask).transpose(1, 2).flatten(2)
+
+
+def naive_broadcast(module):
+    """A baseline: the textbook form that materialises the (batch, heads, q, k, d) tanh tensor."""
+
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        qp, kp, values = module.projections(query, key, value)
+        hidden = torch.tanh(qp.unsqueeze(3) + kp.unsqueeze(2))
+        scores = (hidden @ module.v.view(1, module.num_heads, 1, -1, 1)).squeeze(-1)
+        mask = combine_masks(attn_mask, is_causal, query.shape[1], key.shape[1], query.device)
+        return merge_heads(attend(scores, values, mask))
+
+    return run
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(
+        name="additive",
+        summary="Additive (Bahdanau/concat) attention with chunked, recomputed tanh scores.",
+        family="additive",
+        citation="Bahdanau, Cho and Bengio 2015, Neural Machine Translation by Jointly Learning to Align and Translate",
+        factory=AdditiveAttention,
+        reference=reference,
+        tags=zoo.Tags(has_parameters=True),
+        complexity=zoo.Complexity(time=2, memory=2),
+        options={"chunk_budget": 2 ** 22},
+        baselines={"naive-broadcast": naive_broadcast},
+    ))

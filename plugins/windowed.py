@@ -1,0 +1,113 @@
+"""Sliding-window (local) attention: each query sees the keys within ``window`` positions.
+
+Computed on blocks: the queries are cut into blocks of ``block``, and each block attends, in one
+batched SDPA call, to its own keys plus ``window`` on either side (only earlier ones when causal),
+with a (blocks, block, span) mask. Time and memory are O(n * window): no n x n mask or score matrix.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+from zoo.functional import merge_heads, split_heads
+from zoo.reference import reference_mask, softmax_attention
+
+
+class WindowedAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, window: int = 128, block: int = 64):
+        super().__init__()
+        for label, value in (("window", window), ("block", block)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        self.d_model, self.num_heads, self.window, self.block = d_model, num_heads, window, block
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
+        batch, heads, n, width = q.shape
+        block, left = self.block, self.window
+        right = 0 if is_causal else self.window
+        span = block + left + right
+        blocks = -(-n // block)
+        pad = blocks * block - n
+
+        q_blocks = F.pad(q, (0, 0, 0, pad)).reshape(batch * heads, blocks, block, width)
+        k_windows, v_windows = (
+            F.pad(x, (0, 0, left, pad + right)).unfold(2, span, block).transpose(-1, -2)
+            .reshape(batch * heads, blocks, span, width)
+            for x in (k, v)
+        )
+
+        # Query i = b * block + r meets key j = b * block - left + c: allowed when j - i lies in
+        # [-window, right] and j is a real key.
+        device = q.device
+        r = torch.arange(block, device=device).view(block, 1)
+        c = torch.arange(span, device=device).view(1, span)
+        band = ((c - r - left) >= -self.window) & ((c - r - left) <= right)
+        key_pos = torch.arange(blocks, device=device).view(blocks, 1) * block - left + c
+        mask = band & ((key_pos >= 0) & (key_pos < n)).unsqueeze(1)  # (blocks, block, span)
+        if attn_mask is not None:
+            mask = mask & self._local(attn_mask, key_pos, batch, heads, n)
+        row_ok = mask.any(dim=-1, keepdim=True)
+        out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=mask | ~row_ok)
+        out = out.masked_fill(~row_ok, 0.0)
+        return merge_heads(out.view(batch, heads, blocks * block, width)[:, :, :n])
+
+    def _local(self, attn_mask, key_pos, batch, heads, n):
+        """The user's mask at each block's (query, key) pairs: (batch * heads | 1, blocks, block, span)."""
+        blocks, block = key_pos.shape[0], self.block
+        full = attn_mask.expand(*attn_mask.shape[:-2], n, n)
+        while full.dim() < 4:
+            full = full.unsqueeze(0)
+        q_pos = (torch.arange(blocks * block, device=key_pos.device).view(blocks, block, 1)).clamp(max=n - 1)
+        local = full[..., q_pos, key_pos.clamp(0, n - 1).unsqueeze(1)]  # (b|1, h|1, blocks, block, span)
+        if local.shape[0] == 1 and local.shape[1] == 1:
+            return local[0]
+        return local.expand(batch, heads, *local.shape[2:]).reshape(batch * heads, *local.shape[2:])
+
+
+def band_mask(module, n, is_causal, device=None):
+    """The dense (n, n) band this variant computes sparsely: |i - j| <= window, j <= i when causal."""
+    i = torch.arange(n, device=device).view(n, 1)
+    j = torch.arange(n, device=device).view(1, n)
+    upper = 0 if is_causal else module.window
+    return (j - i >= -module.window) & (j - i <= upper)
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    h, n = module.num_heads, query.shape[1]
+    mask = band_mask(module, n, is_causal)
+    if attn_mask is not None:
+        mask = mask & attn_mask
+    heads = [x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value)]
+    return softmax_attention(*heads, reference_mask(mask, False, n, n)).transpose(1, 2).flatten(2)
+
+
+def dense_band_sdpa(module):
+    """A baseline: torch's fused SDPA over the full sequence with the dense band mask."""
+
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        h, n = module.num_heads, query.shape[1]
+        mask = band_mask(module, n, is_causal, query.device)
+        if attn_mask is not None:
+            mask = mask & attn_mask
+        q, k, v = (split_heads(x, h) for x in (query, key, value))
+        return merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+    return run
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(
+        name="windowed",
+        summary="Sliding-window local attention computed on blocks in O(n * window) time and memory.",
+        family="sparse",
+        citation="Beltagy et al. 2020, Longformer: The Long-Document Transformer",
+        factory=WindowedAttention,
+        reference=reference,
+        tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),
+        complexity=zoo.Complexity(time=1, memory=1),
+        options={"window": 128, "block": 64},
+        baselines={"torch-sdpa-band": dense_band_sdpa},
+    ))

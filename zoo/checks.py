@@ -1,0 +1,68 @@
+"""The check contract: what a suite registers and the result rows it yields."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from .contract import NAME_PATTERN, RegistrationError
+
+if TYPE_CHECKING:
+    from .contract import Origin, Tags, Variant
+    from .profiles import Profile
+
+PASSED, FAILED, SKIPPED, ERROR, MEASURED = "passed", "failed", "skipped", "error", "measured"
+STATUSES = (PASSED, FAILED, SKIPPED, ERROR, MEASURED)
+
+
+@dataclass
+class Result:
+    """One tidy row: a verdict (passed/failed/skipped/error) or a measurement (measured)."""
+
+    check: str
+    status: str
+    setting: str = ""
+    value: float | None = None
+    unit: str = ""
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"result status must be one of {STATUSES}, got {self.status!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named check or measure in a suite.
+
+    ``applies(tags)`` returns None when the check applies, else the reason it is skipped.
+    ``run(variant, profile)`` yields :class:`Result` rows; an exception becomes an ``error`` row.
+    """
+
+    name: str
+    suite: str
+    summary: str
+    run: Callable[["Variant", "Profile"], Iterable[Result]]
+    applies: Callable[["Tags"], str | None] = field(default=lambda tags: None)
+    origin: "Origin | None" = None
+
+    def validate(self) -> None:
+        for attr in ("name", "suite"):
+            value = getattr(self, attr)
+            if not isinstance(value, str) or not NAME_PATTERN.match(value):
+                raise RegistrationError(f"check {attr} {value!r} does not match {NAME_PATTERN.pattern}")
+        if not callable(self.run) or not callable(self.applies):
+            raise RegistrationError(f"check {self.name!r}: run and applies must be callable")
+
+
+def requires(*tag_names: str) -> Callable[["Tags"], str | None]:
+    """An ``applies`` predicate: the check runs only on variants with all these tags set."""
+
+    def applies(tags: "Tags") -> str | None:
+        missing = [name for name in tag_names if not getattr(tags, name)]
+        return f"variant does not declare {', '.join(missing)}" if missing else None
+
+    return applies

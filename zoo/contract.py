@@ -1,0 +1,165 @@
+"""The attention-variant contract: what a plugin registers and what the harness relies on.
+
+A variant is plain data (:class:`Variant`) plus three callables: a factory that builds the fast
+``nn.Module``, a float64 reference of the same math, and optional baselines (other implementations of
+the same math, e.g. the torch module people would otherwise use). The harness decides what to check
+from the capability :class:`Tags`, never from the name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+"""Variant names: lower-case letters and digits, words joined by '-' or '_' (e.g. ``multi-head``)."""
+
+# Options every factory receives; variant options must not reuse these names.
+RESERVED_OPTIONS = ("d_model", "num_heads")
+
+
+class ZooError(Exception):
+    """Base class of the errors the zoo raises on purpose (the CLI prints them as one line)."""
+
+
+class RegistrationError(ZooError):
+    """A plugin registered something that breaks the contract."""
+
+
+class UnknownVariantError(ZooError, KeyError):
+    """No variant with that name is registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class OptionError(ZooError, ValueError):
+    """A variant was asked for with an option it does not have, or a bad value."""
+
+
+class VariantInputError(ZooError, ValueError):
+    """A variant was called with inputs its capabilities do not cover."""
+
+
+@dataclass(frozen=True)
+class Tags:
+    """Capabilities of a variant; the harness picks checks and input shapes from these.
+
+    The defaults describe plain softmax attention over already-projected inputs.
+    """
+
+    accepts_attn_mask: bool = True
+    """Takes a boolean ``attn_mask`` (True = may attend), broadcastable to (batch, heads, q_len, k_len)."""
+    supports_causal: bool = True
+    """Takes ``is_causal=True`` (query i sees keys j <= i, top-left aligned like torch SDPA)."""
+    allows_different_lengths: bool = True
+    """q_len may differ from k_len (cross-attention over a context)."""
+    allows_kv_dims: bool = False
+    """Key and value feature sizes may differ from d_model; the factory then takes ``kdim``/``vdim``."""
+    exact: bool = True
+    """Computes exact softmax attention; False for approximations (their error is reported)."""
+    key_order_invariant: bool = True
+    """Permuting the key/value pairs together leaves the output unchanged (no positional bias)."""
+    has_parameters: bool = False
+    """Has learnable parameters (gradcheck then covers them too)."""
+
+    def describe(self) -> dict[str, bool]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Complexity:
+    """Claimed growth with sequence length n, as exponents (2 = quadratic), at fixed width/window."""
+
+    time: float
+    memory: float
+
+    def __post_init__(self) -> None:
+        for name in ("time", "memory"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= 4:
+                raise RegistrationError(f"complexity.{name} must be a number in (0, 4], got {value!r}")
+
+
+Baseline = Callable[[Any], Callable[..., Any]]
+"""Given the variant's module, return ``fn(query, key, value, attn_mask=None, is_causal=False)``."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One registered attention variant.
+
+    ``factory(d_model=..., num_heads=..., **options)`` returns the ``nn.Module``, called as
+    ``module(query, key, value, attn_mask=None, is_causal=False)`` on batch-first tensors.
+    ``reference(module, query, key, value, attn_mask=None, is_causal=False)`` computes the same math
+    in float64, slowly and obviously, using the module's parameters.
+    ``baselines`` maps a label to another implementation of the same math (see :data:`Baseline`):
+    the correctness suite checks the variant equals it, the speed suite times it beside the variant.
+    ``flops(batch, q_len, k_len, d_model, num_heads, **options)``, where given, is the analytic
+    forward FLOP count the counted FLOPs are checked against.
+    """
+
+    name: str
+    summary: str
+    family: str
+    citation: str
+    factory: Callable[..., Any]
+    reference: Callable[..., Any]
+    tags: Tags = field(default_factory=Tags)
+    complexity: Complexity = field(default_factory=lambda: Complexity(time=2, memory=2))
+    options: Mapping[str, Any] = field(default_factory=dict)
+    baselines: Mapping[str, Baseline] = field(default_factory=dict)
+    flops: Callable[..., float] | None = None
+    origin: Origin | None = None
+
+    def validate(self) -> None:
+        """Raise :class:`RegistrationError` naming the problem; called by the registry."""
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise RegistrationError(
+                f"variant name {self.name!r} does not match {NAME_PATTERN.pattern} "
+                "(lower-case words joined by '-' or '_')"
+            )
+        for attr in ("summary", "family", "citation"):
+            value = getattr(self, attr)
+            if not isinstance(value, str) or not value.strip() or "\n" in value:
+                raise RegistrationError(f"variant {self.name!r}: {attr} must be one non-empty line")
+        for attr in ("factory", "reference"):
+            if not callable(getattr(self, attr)):
+                raise RegistrationError(f"variant {self.name!r}: {attr} must be callable")
+        if not isinstance(self.tags, Tags):
+            raise RegistrationError(f"variant {self.name!r}: tags must be a zoo.Tags")
+        if not isinstance(self.complexity, Complexity):
+            raise RegistrationError(f"variant {self.name!r}: complexity must be a zoo.Complexity")
+        clash = set(self.options) & set(RESERVED_OPTIONS)
+        if clash:
+            raise RegistrationError(f"variant {self.name!r}: options may not redefine {sorted(clash)}")
+        for label, baseline in self.baselines.items():
+            if not callable(baseline):
+                raise RegistrationError(f"variant {self.name!r}: baseline {label!r} must be callable")
+
+    def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The variant's defaults overridden by ``options``; unknown names are rejected by name."""
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise OptionError(
+                f"variant {self.name!r} has no option {', '.join(map(repr, unknown))} (its options: {known})"
+            )
+        return {**self.options, **options}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a variant (or check) came from, for provenance in `zoo plugins` and every result row."""
+
+    plugin: str
+    kind: str  # "builtin", "entrypoint" or "file"
+    location: str  # module name, or file path
+    distribution: str | None = None
+    version: str | None = None
+
+    def label(self) -> str:
+        if self.distribution:
+            return f"{self.plugin} ({self.distribution} {self.version})"
+        return f"{self.plugin} ({self.kind}: {self.location})"

@@ -1,0 +1,74 @@
+"""Small tensor helpers shared by variants (built-in or third-party): masks, heads, masked SDPA.
+
+Conventions: batch-first ``(batch, seq, dim)`` tensors; boolean masks where True means "may attend",
+broadcastable to ``(batch, heads, q_len, k_len)`` like torch SDPA's ``attn_mask``; ``is_causal``
+top-left aligned like torch SDPA (query i sees keys j <= i). Rows with no allowed key give zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    """(q_len, k_len) boolean mask, True where key j <= query i (torch SDPA's alignment)."""
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
+
+
+def combine_masks(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len: int,
+                  device: torch.device | str | None = None) -> Tensor | None:
+    """One boolean mask from ``attn_mask`` and ``is_causal`` (both apply), or None when neither is set."""
+    if not is_causal:
+        return attn_mask
+    causal = causal_mask(q_len, k_len, device)
+    return causal if attn_mask is None else attn_mask & causal
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """(batch, seq, heads * d) -> (batch, heads, seq, d)."""
+    batch, seq, width = x.shape
+    return x.view(batch, seq, num_heads, width // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(batch, heads, seq, d) -> (batch, seq, heads * d)."""
+    batch, heads, seq, width = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * width)
+
+
+def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
+                is_causal: bool = False) -> Tensor:
+    """torch SDPA on (batch, heads, seq, d) with a combinable mask and zeros for fully masked rows.
+
+    A row with no allowed key is given every key before SDPA (so no NaN appears in forward or
+    backward) and zeroed afterwards, so it has no influence in either direction.
+    """
+    if attn_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2], q.device)
+    row_ok = mask.any(dim=-1, keepdim=True)
+    if bool(row_ok.all()):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_ok)
+    return out.masked_fill(~row_ok, 0.0)
+
+
+def call_torch_mha(mha: torch.nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor,
+                   attn_mask: Tensor | None = None, is_causal: bool = False,
+                   need_weights: bool = False) -> Tensor:
+    """Call ``nn.MultiheadAttention(batch_first=True)`` with the zoo's mask convention.
+
+    torch's module takes True as "may NOT attend" and a (q_len, k_len) or (batch * heads, q_len,
+    k_len) mask, so the zoo's mask is combined, broadcast and inverted here.
+    """
+    q_len, k_len = query.shape[1], key.shape[1]
+    mask = combine_masks(attn_mask, is_causal, q_len, k_len, query.device)
+    if mask is not None:
+        if mask.dim() <= 2:
+            mask = ~mask.expand(q_len, k_len)
+        else:
+            shape = (query.shape[0], mha.num_heads, q_len, k_len)
+            mask = ~mask.expand(shape).reshape(-1, q_len, k_len)
+    return mha(query, key, value, attn_mask=mask, need_weights=need_weights)[0]

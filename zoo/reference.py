@@ -1,0 +1,44 @@
+"""Textbook float64 attention for references: slow, explicit, independent of any fast path."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                      scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale, masked) v on (..., seq, d) in float64; rows with no allowed key give 0."""
+    q, k, v = q.double(), k.double(), v.double()
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    return weighted_sum(scores, v, mask)
+
+
+def weighted_sum(scores: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax over the last axis of masked ``scores``, applied to ``v``; empty rows give 0."""
+    if mask is not None:
+        mask = mask.expand(scores.shape)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros_like(weights))
+    return torch.matmul(weights, v.double())
+
+
+def reference_mask(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len: int) -> Tensor | None:
+    """The mask a reference applies: ``attn_mask`` and, when causal, key j <= query i.
+
+    Built from index comparisons rather than the fast paths' helpers, so the two stay independent.
+    """
+    mask = attn_mask
+    if is_causal:
+        rows = torch.arange(q_len).unsqueeze(-1)
+        cols = torch.arange(k_len).unsqueeze(0)
+        causal = cols <= rows
+        if attn_mask is not None:
+            causal = causal.to(attn_mask.device)
+        mask = causal if mask is None else mask & causal
+    return mask
