@@ -89,4 +89,9 @@ def zoo_register_variants(register):
         options={"kdim": None, "vdim": None},
         baselines={"torch-mha": torch_mha(need_weights=False), "torch-mha-weights": torch_mha(need_weights=True)},
         flops=flops,
+        targets=(
+            zoo.Target("x-torch-mha", 1.05, phase="fwd", note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
+            zoo.Target("x-torch-mha", 1.05, phase="fwd+bwd", note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
+            zoo.Target("x-torch-mha-weights", 1.0, phase="fwd", note="faster than nn.MultiheadAttention's default path"),
+        ),
     ))

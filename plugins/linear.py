@@ -20,7 +20,7 @@ def feature_map(x):
 
 def _normalise(numerator, denominator):
     """numerator / denominator; rows with no allowed key have both zero and give zero."""
-    return numerator / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)
+    return numerator / denominator.masked_fill(denominator == 0, 1.0)  # no 0/0, in value or gradient
 
 
 class LinearAttention(nn.Module):
@@ -108,4 +108,9 @@ def zoo_register_variants(register):
         tags=zoo.Tags(exact=False),
         complexity=zoo.Complexity(time=1, memory=1),
         options={"chunk": 64},
+        check_options={"chunk": 4},
+        targets=(
+            zoo.Target("x-torch-sdpa", 1 / 15, mode="causal", phase="fwd", n=16384,
+                       note="causal: at least 15x faster than causal torch SDPA at n=16384"),
+        ),
     ))

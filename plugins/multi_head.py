@@ -85,4 +85,9 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=2, memory=1),
         baselines={"torch-mha": torch_mha(need_weights=False), "torch-mha-weights": torch_mha(need_weights=True)},
         flops=flops,
+        targets=(
+            zoo.Target("x-torch-mha", 1.05, phase="fwd", note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
+            zoo.Target("x-torch-mha", 1.05, phase="fwd+bwd", note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
+            zoo.Target("x-torch-mha-weights", 1.0, phase="fwd", note="faster than nn.MultiheadAttention's default path"),
+        ),
     ))

@@ -109,5 +109,10 @@ def zoo_register_variants(register):
         tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
         options={"window": 128, "block": 64},
+        check_options={"window": 3, "block": 4},
         baselines={"torch-sdpa-band": dense_band_sdpa},
+        targets=(
+            zoo.Target("x-torch-sdpa-band", 1 / 25, phase="fwd", n=16384,
+                       note="at least 25x faster than dense SDPA with the band mask at n=16384 (window 128)"),
+        ),
     ))

@@ -4,7 +4,7 @@ Importing ``zoo`` is cheap (no torch); the API functions load torch and the plug
 """
 
 from .checks import Check, Result, requires
-from .contract import Complexity, Origin, Tags, Variant, ZooError
+from .contract import Complexity, Origin, Tags, Target, Variant, ZooError
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
@@ -14,7 +14,7 @@ _LAZY = {
     "load_registry": "registry", "Registry": "registry",
 }
 
-__all__ = ["Check", "Complexity", "Origin", "Result", "Tags", "Variant", "ZooError", "hookimpl",
+__all__ = ["Check", "Complexity", "Origin", "Result", "Tags", "Target", "Variant", "ZooError", "hookimpl",
            "requires", *_LAZY]
 
 

@@ -25,6 +25,9 @@ class Result:
     value: float | None = None
     unit: str = ""
     detail: str = ""
+    n: int | None = None  # sequence length, for measures taken over a ladder
+    mode: str = ""  # "full" or "causal"
+    phase: str = ""  # "fwd" or "fwd+bwd"
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

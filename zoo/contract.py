@@ -8,6 +8,7 @@ from the capability :class:`Tags`, never from the name.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
@@ -82,6 +83,22 @@ class Complexity:
                 raise RegistrationError(f"complexity.{name} must be a number in (0, 4], got {value!r}")
 
 
+@dataclass(frozen=True)
+class Target:
+    """A goal a plugin sets for itself, judged by the leaderboard against measured rows.
+
+    Met when every measured value of ``check`` (in ``mode``/``phase``, at ``n`` or at every measured n
+    when ``n`` is None) is at most ``at_most``; "not measured" when the run has no such row.
+    """
+
+    check: str
+    at_most: float
+    mode: str = "full"
+    phase: str = "fwd"
+    n: int | None = None
+    note: str = ""
+
+
 Baseline = Callable[[Any], Callable[..., Any]]
 """Given the variant's module, return ``fn(query, key, value, attn_mask=None, is_causal=False)``."""
 
@@ -96,6 +113,9 @@ class Variant:
     in float64, slowly and obviously, using the module's parameters.
     ``baselines`` maps a label to another implementation of the same math (see :data:`Baseline`):
     the correctness suite checks the variant equals it, the speed suite times it beside the variant.
+    ``check_options`` are used on the correctness suite's small shapes so the variant's structure is
+    exercised there (e.g. a window or chunk smaller than the sequence).
+    ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
     ``flops(batch, q_len, k_len, d_model, num_heads, **options)``, where given, is the analytic
     forward FLOP count the counted FLOPs are checked against.
     """
@@ -109,8 +129,10 @@ class Variant:
     tags: Tags = field(default_factory=Tags)
     complexity: Complexity = field(default_factory=lambda: Complexity(time=2, memory=2))
     options: Mapping[str, Any] = field(default_factory=dict)
+    check_options: Mapping[str, Any] = field(default_factory=dict)
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
     flops: Callable[..., float] | None = None
+    targets: tuple[Target, ...] = ()
     origin: Origin | None = None
 
     def validate(self) -> None:
@@ -134,9 +156,24 @@ class Variant:
         clash = set(self.options) & set(RESERVED_OPTIONS)
         if clash:
             raise RegistrationError(f"variant {self.name!r}: options may not redefine {sorted(clash)}")
+        if not all(isinstance(t, Target) for t in self.targets):
+            raise RegistrationError(f"variant {self.name!r}: targets must be zoo.Target instances")
+        unknown = sorted(set(self.check_options) - set(self.options))
+        if unknown:
+            raise RegistrationError(f"variant {self.name!r}: check_options {unknown} are not among its options")
         for label, baseline in self.baselines.items():
             if not callable(baseline):
                 raise RegistrationError(f"variant {self.name!r}: baseline {label!r} must be callable")
+
+    def card(self) -> dict[str, Any]:
+        """What the leaderboard needs to know about the variant, as plain data stored with each run."""
+        return {
+            "summary": self.summary, "family": self.family, "citation": self.citation,
+            "tags": self.tags.describe(), "claimed_time": self.complexity.time,
+            "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
+            "baselines": list(self.baselines),
+            "targets": [dataclasses.asdict(t) for t in self.targets],
+        }
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """The variant's defaults overridden by ``options``; unknown names are rejected by name."""

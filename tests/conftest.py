@@ -1,0 +1,67 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import zoo
+from zoo.registry import ENV_BLOCK, ENV_NO_AUTOLOAD, ENV_ONLY, ENV_PLUGINS_DIR
+
+
+@pytest.fixture(autouse=True)
+def clean_plugin_env(monkeypatch):
+    """Tests build their own registries; the developer's own plugin settings must not leak in."""
+    for name in (ENV_ONLY, ENV_BLOCK, ENV_NO_AUTOLOAD, ENV_PLUGINS_DIR):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def registry():
+    return zoo.load_registry()
+
+
+@pytest.fixture
+def write_plugin(tmp_path):
+    """write_plugin(name, source) -> the plugins directory holding ``name.py``."""
+    directory = tmp_path / "plugins"
+    directory.mkdir(exist_ok=True)
+
+    def write(name: str, source: str) -> Path:
+        (directory / f"{name}.py").write_text(textwrap.dedent(source))
+        return directory
+
+    return write
+
+
+GOOD_PLUGIN = '''
+import zoo
+from zoo.functional import masked_sdpa, merge_heads, split_heads
+from zoo.reference import reference_mask, softmax_attention
+from torch import nn
+
+
+class Plain(nn.Module):
+    def __init__(self, d_model, num_heads=1):
+        super().__init__()
+        self.num_heads = num_heads
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        h = self.num_heads
+        return merge_heads(masked_sdpa(split_heads(query, h), split_heads(key, h), split_heads(value, h), attn_mask, is_causal))
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    h = module.num_heads
+    heads = [x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value)]
+    mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
+    return softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(name="{name}", summary="A test variant.", family="softmax", citation="none",
+                         factory=Plain, reference=reference, complexity=zoo.Complexity(time=2, memory=1)))
+'''
+
+
+def good_plugin(name: str) -> str:
+    return GOOD_PLUGIN.replace("{name}", name)

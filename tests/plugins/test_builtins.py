@@ -1,0 +1,150 @@
+"""Each built-in variant against its float64 reference and, where named, against the torch module,
+on random shapes (hypothesis) including q_len != k_len, masks and causal mode."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import zoo
+from zoo.cases import relative_error
+from zoo.measure import peak_memory
+
+BUILTINS = ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"]
+SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3}}
+
+
+@st.composite
+def calls(draw, variant):
+    tags = variant.tags
+    heads = draw(st.sampled_from([1, 2, 4]))
+    d_model = heads * draw(st.sampled_from([2, 4, 8]))
+    q_len = draw(st.integers(1, 19))
+    k_len = draw(st.integers(1, 19)) if tags.allows_different_lengths else q_len
+    causal = draw(st.booleans()) if tags.supports_causal else False
+    mask_kind = draw(st.sampled_from([None, "full", "padding"])) if tags.accepts_attn_mask else None
+    batch = draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2 ** 16))
+    return batch, q_len, k_len, d_model, heads, causal, mask_kind, seed
+
+
+def _inputs(batch, q_len, k_len, d_model, mask_kind, seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(batch, n, d_model, generator=g, dtype=torch.float64).to(dtype) for n in (q_len, k_len, k_len))
+    mask = None
+    if mask_kind == "full":
+        mask = torch.rand(batch, 1, q_len, k_len, generator=g) > 0.3
+    elif mask_kind == "padding":
+        mask = torch.rand(batch, 1, 1, k_len, generator=g) > 0.3
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_matches_float64_reference_on_random_shapes(registry, name):
+    variant = registry.variant(name)
+
+    @settings(max_examples=25, deadline=None)
+    @given(calls(variant))
+    def check(call):
+        batch, q_len, k_len, d_model, heads, causal, mask_kind, seed = call
+        torch.manual_seed(seed)
+        module = zoo.create(name, d_model=d_model, num_heads=heads, registry=registry, **SMALL_OPTIONS.get(name, {}))
+        for dtype, tolerance in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
+            module = module.to(dtype)
+            q, k, v, mask = _inputs(batch, q_len, k_len, d_model, mask_kind, seed, dtype)
+            with torch.no_grad():
+                out = module(q, k, v, attn_mask=mask, is_causal=causal)
+                expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=causal)
+            assert out.shape == (batch, q_len, d_model) and out.dtype == dtype
+            assert relative_error(out, expected) <= tolerance, (dtype, call)
+
+    check()
+
+
+def _copy_into_torch_mha(module, kdim=None, vdim=None):
+    mha = torch.nn.MultiheadAttention(module.d_model, module.num_heads, batch_first=True, kdim=kdim, vdim=vdim).double()
+    state = module.state_dict()
+    if mha._qkv_same_embed_dim and "q_proj_weight" in state:
+        state["in_proj_weight"] = torch.cat([state.pop(f"{x}_proj_weight") for x in "qkv"])
+    mha.load_state_dict(state)
+    return mha
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_multi_head_equals_torch_multihead_attention(registry, causal):
+    torch.manual_seed(0)
+    module = zoo.create("multi-head", d_model=24, num_heads=3, registry=registry).double()
+    mha = _copy_into_torch_mha(module)
+    q, k = torch.randn(2, 9, 24, dtype=torch.float64), torch.randn(2, 9, 24, dtype=torch.float64)
+    blocked = ~torch.ones(9, 9, dtype=torch.bool).tril() if causal else None  # torch: True = may NOT attend
+    expected = mha(q, k, k, attn_mask=blocked, need_weights=False)[0]
+    assert torch.allclose(module(q, k, k, is_causal=causal), expected, atol=1e-12, rtol=0)
+
+
+def test_multi_head_loads_torch_weights_directly(registry):
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).double()
+    module = zoo.create("multi-head", d_model=16, num_heads=4, registry=registry).double()
+    module.load_state_dict(mha.state_dict())
+    x = torch.randn(1, 6, 16, dtype=torch.float64)
+    assert torch.allclose(module(x, x, x), mha(x, x, x, need_weights=False)[0], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("kdim, vdim", [(24, 8), (None, None)])
+def test_cross_equals_torch_multihead_attention_with_kdim_vdim(registry, kdim, vdim):
+    torch.manual_seed(1)
+    module = zoo.create("cross", d_model=16, num_heads=4, kdim=kdim, vdim=vdim, registry=registry).double()
+    mha = _copy_into_torch_mha(module, kdim, vdim)
+    q = torch.randn(2, 5, 16, dtype=torch.float64)
+    k = torch.randn(2, 13, kdim or 16, dtype=torch.float64)
+    v = torch.randn(2, 13, vdim or 16, dtype=torch.float64)
+    padding = torch.rand(2, 13) > 0.3
+    padding[:, 0] = True
+    expected = mha(q, k, v, key_padding_mask=~padding, need_weights=False)[0]
+    out = module(q, k, v, attn_mask=padding[:, None, None, :])
+    assert torch.allclose(out, expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_windowed_equals_dense_sdpa_with_band_mask(registry, causal):
+    module = zoo.create("windowed", d_model=16, num_heads=2, window=5, block=8, registry=registry).double()
+    n = 37
+    x = torch.randn(1, n, 16, dtype=torch.float64)
+    i, j = torch.arange(n).view(-1, 1), torch.arange(n).view(1, -1)
+    band = (j - i >= -5) & (j - i <= (0 if causal else 5))
+    heads = x.view(1, n, 2, 8).transpose(1, 2)
+    expected = F.scaled_dot_product_attention(heads, heads, heads, attn_mask=band).transpose(1, 2).reshape(1, n, 16)
+    assert torch.allclose(module(x, x, x, is_causal=causal), expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name, causal", [("windowed", False), ("windowed", True), ("linear", True), ("linear", False)])
+def test_subquadratic_variants_never_hold_an_n_by_n_tensor(registry, name, causal):
+    module = zoo.create(name, d_model=64, num_heads=1, registry=registry)
+    peaks = {}
+    for n in (2048, 8192):
+        x = torch.randn(1, n, 64, requires_grad=True)
+        peaks[n] = peak_memory(lambda: module(x, x, x, is_causal=causal).sum().backward())
+    assert peaks[8192] < 8192 * 8192  # an n x n boolean mask alone would take n^2 bytes
+    assert peaks[8192] / peaks[2048] < 6  # 4x the length: linear growth gives 4x, quadratic 16x
+
+
+def test_additive_memory_is_bounded_like_the_score_matrix(registry):
+    n, variant = 512, registry.variant("additive")
+    module = zoo.create("additive", d_model=64, num_heads=1, registry=registry)
+    naive = variant.baselines["naive-broadcast"](module)
+    x = torch.randn(1, n, 64, requires_grad=True)
+    with torch.no_grad():
+        ours_fwd, naive_fwd = peak_memory(lambda: module(x, x, x)), peak_memory(lambda: naive(x, x, x))
+    ours_train = peak_memory(lambda: module(x, x, x).sum().backward())
+    naive_train = peak_memory(lambda: naive(x, x, x).sum().backward())
+    assert ours_fwd <= naive_fwd / 8 and ours_train <= naive_train / 4
+
+
+def test_linear_equals_quadratic_form_of_its_kernel(registry):
+    module = zoo.create("linear", d_model=8, num_heads=2, chunk=3, registry=registry).double()
+    x = torch.randn(2, 10, 8, dtype=torch.float64)
+    phi = F.elu(x.view(2, 10, 2, 4).transpose(1, 2)) + 1
+    v = x.view(2, 10, 2, 4).transpose(1, 2)
+    similarity = (phi @ phi.transpose(-1, -2)).tril()
+    expected = ((similarity @ v) / similarity.sum(-1, keepdim=True)).transpose(1, 2).reshape(2, 10, 8)
+    assert torch.allclose(module(x, x, x, is_causal=True), expected, atol=1e-12, rtol=0)

@@ -1,0 +1,180 @@
+"""Every correctness check passes on the built-ins and fails on a variant broken in its own way."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+from zoo.checks import FAILED, PASSED
+from zoo.functional import combine_masks, masked_sdpa, merge_heads, split_heads
+from zoo.profiles import PROFILES
+from zoo.reference import reference_mask, softmax_attention
+
+PROFILE = PROFILES["quick"]
+
+
+class Attention(nn.Module):
+    """Plain multi-head-split SDPA; subclasses break one property each."""
+
+    def __init__(self, d_model, num_heads=1):
+        super().__init__()
+        self.num_heads = num_heads
+
+    def heads(self, query, key, value):
+        return (split_heads(x, self.num_heads) for x in (query, key, value))
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return merge_heads(masked_sdpa(*self.heads(query, key, value), attn_mask, is_causal))
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    h = module.num_heads
+    heads = [x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value)]
+    return softmax_attention(*heads, reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])).transpose(1, 2).flatten(2)
+
+
+class Scaled(Attention):
+    def forward(self, *args, **kwargs):
+        return super().forward(*args, **kwargs) * 1.001
+
+
+class LowPrecisionInFloat32(Attention):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        if query.dtype == torch.float64:
+            return super().forward(query, key, value, attn_mask, is_causal)
+        low = [x.to(torch.bfloat16) for x in (query, key, value)]
+        return super().forward(*low, attn_mask, is_causal).to(query.dtype)
+
+
+class DoubledGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+
+class WrongBackward(Attention):
+    def forward(self, *args, **kwargs):
+        return DoubledGradient.apply(super().forward(*args, **kwargs))
+
+
+class QueryPosition(Attention):
+    def forward(self, query, *args, **kwargs):
+        out = super().forward(query, *args, **kwargs)
+        return out + torch.arange(out.shape[1], dtype=out.dtype).view(1, -1, 1) * 0.1
+
+
+class KeyPosition(Attention):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        key = key + torch.arange(key.shape[1], dtype=key.dtype).view(1, -1, 1) * 0.1
+        return super().forward(query, key, value, attn_mask, is_causal)
+
+
+class MixesBatch(Attention):
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        return out + out.mean(dim=0, keepdim=True)
+
+
+class IgnoresCausal(Attention):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return super().forward(query, key, value, attn_mask, False)
+
+
+class IgnoresMask(Attention):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return super().forward(query, key, value, None, is_causal)
+
+
+class EmptyRowsGiveOnes(Attention):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        out = super().forward(query, key, value, attn_mask, is_causal)
+        mask = combine_masks(attn_mask, is_causal, query.shape[1], key.shape[1])
+        if mask is None:
+            return out
+        empty = ~mask.any(-1).expand(query.shape[0], self.num_heads, query.shape[1])[:, 0].unsqueeze(-1)
+        return out.masked_fill(empty, 1.0)
+
+
+class ReturnsFloat64(Attention):
+    def forward(self, *args, **kwargs):
+        return super().forward(*args, **kwargs).double()
+
+
+class Noisy(Attention):
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        return out + torch.rand_like(out) * 1e-3
+
+
+class NaiveSoftmax(Attention):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.heads(query, key, value)
+        weights = torch.exp(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5)  # no max subtraction: overflows
+        mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2])
+        if mask is not None:
+            weights = weights * mask
+        return merge_heads((weights / weights.sum(-1, keepdim=True).clamp_min(1e-30)) @ v)
+
+
+def doubled_baseline(module):
+    return lambda q, k, v, attn_mask=None, is_causal=False: 2 * module(q, k, v, attn_mask, is_causal)
+
+
+def make_variant(module_class, **fields):
+    return zoo.Variant(name="broken", summary="A deliberately broken variant.", family="test", citation="none",
+                       factory=module_class, reference=reference, complexity=zoo.Complexity(2, 1), **fields)
+
+
+def run(registry, check_name, variant):
+    [check] = [c for c in registry.checks_for("correctness") if c.name == check_name]
+    assert check.applies(variant.tags) is None
+    return list(check.run(variant, PROFILE))
+
+
+BROKEN = [
+    ("reference-float64", Scaled, {}),
+    ("reference-float32", LowPrecisionInFloat32, {}),
+    ("baselines", Attention, {"baselines": {"doubled": doubled_baseline}}),
+    ("gradcheck", WrongBackward, {}),
+    ("query-permutation", QueryPosition, {}),
+    ("key-permutation", KeyPosition, {}),
+    ("batch-independence", MixesBatch, {}),
+    ("causal-leak", IgnoresCausal, {}),
+    ("masked-keys", IgnoresMask, {}),
+    ("empty-rows", EmptyRowsGiveOnes, {}),
+    ("dtype-device", ReturnsFloat64, {}),
+    ("deterministic", Noisy, {}),
+    ("large-magnitude", NaiveSoftmax, {}),
+]
+
+
+@pytest.mark.parametrize("check_name, module_class, fields", BROKEN, ids=[b[0] for b in BROKEN])
+def test_check_fails_on_a_variant_broken_for_it(registry, check_name, module_class, fields):
+    results = run(registry, check_name, make_variant(module_class, **fields))
+    assert any(r.status == FAILED for r in results), results
+    assert all(r.detail for r in results if r.status == FAILED)
+
+
+@pytest.mark.parametrize("check_name", [b[0] for b in BROKEN])
+def test_check_passes_on_the_correct_variant(registry, check_name):
+    fields = {"baselines": {"sdpa": lambda m: m}} if check_name == "baselines" else {}
+    results = run(registry, check_name, make_variant(Attention, **fields))
+    assert results and all(r.status == PASSED for r in results), [r for r in results if r.status != PASSED]
+
+
+def test_every_registered_correctness_check_has_a_broken_variant(registry):
+    assert {c.name for c in registry.checks_for("correctness")} == {b[0] for b in BROKEN}
+
+
+@pytest.mark.parametrize("name", ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"])
+def test_builtins_pass_every_applicable_check(registry, name):
+    variant = registry.variant(name)
+    for check in registry.checks_for("correctness"):
+        if check.applies(variant.tags) is None:
+            results = list(check.run(variant, PROFILE))
+            assert all(r.status in (PASSED, "skipped") for r in results), [r for r in results if r.status != PASSED]

@@ -1,0 +1,80 @@
+"""The `zoo` command as a user runs it: in a subprocess, through the console entry point's module."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import good_plugin
+
+
+def zoo(*args, env=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_help_is_instant_and_imports_neither_torch_nor_plugins():
+    code = "import sys, zoo.cli; zoo.cli.build_parser().format_help(); print('torch' in sys.modules, 'zoo_builtins' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_list_shows_the_six_builtins_with_origin():
+    out = zoo("list")
+    assert out.returncode == 0
+    names = [line.split()[0] for line in out.stdout.splitlines()]
+    assert names == ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"]
+    assert "builtin" in out.stdout
+
+
+def test_list_pattern(tmp_path):
+    assert zoo("list", "*head*").stdout.split()[0] == "multi-head"
+    bad = zoo("list", "nope*")
+    assert bad.returncode == 2 and "matches no variant" in bad.stderr
+
+
+def test_dropped_in_plugin_appears_and_a_broken_one_warns_once(write_plugin):
+    write_plugin("broken", "import does_not_exist\n")
+    directory = write_plugin("mine", good_plugin("my-variant"))
+    out = zoo("list", "--plugins-dir", directory)
+    assert out.returncode == 0
+    assert "my-variant" in out.stdout and "windowed" in out.stdout
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("zoo: warning")]
+    assert len(warnings) == 1 and "broken" in warnings[0] and "does_not_exist" in warnings[0]
+    strict = zoo("list", "--plugins-dir", directory, "--strict")
+    assert strict.returncode == 2 and "does_not_exist" in strict.stderr and "Traceback" not in strict.stderr
+
+
+def test_show_describes_a_variant_and_suggests_on_typos():
+    out = zoo("show", "windowed")
+    assert out.returncode == 0
+    assert "window = 128" in out.stdout and "allows_different_lengths" in out.stdout and "O(n^1)" in out.stdout
+    typo = zoo("show", "windoed")
+    assert typo.returncode == 2 and "did you mean windowed" in typo.stderr and "Traceback" not in typo.stderr
+
+
+def test_plugins_lists_sources_and_failures(write_plugin):
+    directory = write_plugin("broken", "raise RuntimeError('nope')\n")
+    out = zoo("plugins", "--plugins-dir", directory)
+    assert "windowed" in out.stdout and "correctness" in out.stdout
+    assert "FAILED broken" in out.stdout and "nope" in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "huge"], "--profile: unknown profile 'huge'"),
+    (["--filter", "nothing*"], "--filter: nothing* matches no variant"),
+    (["--suite", "nope"], "--suite: unknown suite 'nope'"),
+    (["--device", "tpu"], "--device: expected cpu or cuda"),
+    (["--out", "/proc/forbidden"], "--out: cannot write"),
+])
+def test_bad_run_options_get_one_clear_line_and_status_2(tmp_path, args, message):
+    if "--out" not in args:
+        args = [*args, "--out", tmp_path / "out"]
+    out = zoo("run-all", *args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_argparse_rejects_non_positive_numbers(tmp_path):
+    out = zoo("run-all", "--threads", "0", "--out", tmp_path)
+    assert out.returncode == 2 and "--threads" in out.stderr

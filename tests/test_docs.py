@@ -1,0 +1,30 @@
+"""The plugin example in CONTRIBUTING.md is real code: it loads and passes the correctness suite."""
+
+import re
+from pathlib import Path
+
+from zoo.checks import PASSED, SKIPPED
+from zoo.profiles import PROFILES
+from zoo.registry import load_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_contributing_example_plugin_loads_and_passes_correctness(tmp_path):
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    example = re.search(r"```python\n(# my_attention.py\n.*?)```", text, re.S).group(1)
+    (tmp_path / "my_attention.py").write_text(example)
+    registry = load_registry([tmp_path])
+    assert registry.failures == []
+    variant = registry.variant("my-attention")
+    for check in registry.checks_for("correctness"):
+        if check.applies(variant.tags) is None:
+            statuses = {r.status for r in check.run(variant, PROFILES["smoke"])}
+            assert statuses <= {PASSED, SKIPPED}, check.name
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = re.findall(r"```bash\n(.*?)\n```", readme, re.S)[1]
+    assert command.strip() in ci

@@ -1,0 +1,267 @@
+"""The `zoo` command: a thin layer over the API, registry, runner and leaderboard.
+
+Imports of torch and plugin discovery happen inside the commands that need them, so `zoo --help`
+stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .contract import OptionError, ZooError
+
+DEFAULT_OUT = "leaderboard"
+DATABASE = "results.sqlite"
+
+
+def _registry(args):
+    from .registry import load_registry
+
+    registry = load_registry(args.plugins_dir, strict=args.strict)
+    for failure in registry.failures:
+        print(f"zoo: warning: {failure.message()}", file=sys.stderr)
+    return registry
+
+
+def cmd_list(args) -> int:
+    registry = _registry(args)
+    names = registry.list_variants(args.pattern)
+    if args.pattern and not names:
+        raise OptionError(f"pattern {args.pattern!r} matches no variant (known: {', '.join(registry.list_variants())})")
+    width = max((len(n) for n in names), default=4)
+    for name in names:
+        v = registry.variant(name)
+        kind = "exact" if v.tags.exact else "approx."
+        print(f"{name:<{width}}  {v.family:<9}  {kind:<7}  {v.origin.label()}")
+    return 0
+
+
+def cmd_show(args) -> int:
+    registry = _registry(args)
+    v = registry.variant(args.name)
+    print(f"{v.name}: {v.summary}")
+    print(f"  family:     {v.family}")
+    print(f"  citation:   {v.citation}")
+    print(f"  complexity: time O(n^{v.complexity.time:g}), memory O(n^{v.complexity.memory:g}) (claimed)")
+    print("  capabilities:")
+    for tag, value in v.tags.describe().items():
+        print(f"    {tag:<26} {'yes' if value else 'no'}")
+    print("  options:" + ("" if v.options else " none"))
+    for key, default in v.options.items():
+        print(f"    {key} = {default!r}")
+    if v.baselines:
+        print(f"  baselines:  {', '.join(v.baselines)}")
+    for target in v.targets:
+        print(f"  target:     {target.note or target.check} ({target.check} <= {target.at_most:.3g})")
+    print(f"  origin:     {v.origin.label()}")
+    return 0
+
+
+def cmd_plugins(args) -> int:
+    registry = _registry(args)
+    for name, record in registry.plugins.items():
+        o = record.origin
+        source = f"{o.distribution} {o.version}" if o.distribution else o.location
+        provides = ", ".join(record.variants + record.checks) or "nothing"
+        print(f"{name:<16} {o.kind:<10} {source}\n{'':<16} provides: {provides}")
+    for failure in registry.failures:
+        print(f"FAILED {failure.plugin} ({failure.origin}): {failure.error}")
+    return 0
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+        return value
+
+    return parse
+
+
+def _writable_dir(path: str) -> Path:
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".zoo-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise OptionError(f"--out: cannot write to {str(out)!r} ({exc.strerror or exc})") from None
+    return out
+
+
+def cmd_run(args) -> int:
+    from .environment import fingerprint
+    from .leaderboard import render
+    from .profiles import Profile, get_profile
+    from .runner import RunOptions, _now, default_memory_limit, execute, plan_jobs
+    from .store import Store
+
+    profile = get_profile(args.profile)
+    if args.device not in ("cpu", "cuda"):
+        raise OptionError(f"--device: expected cpu or cuda, got {args.device!r}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise OptionError("--device cuda: no CUDA device is available on this machine")
+    profile = profile.with_overrides(threads=args.threads, device=args.device)
+    out = _writable_dir(args.out)
+    registry = _registry(args)
+    names = _select(registry, args)
+    suites = args.suite or registry.suites()
+    unknown = [s for s in suites if s not in registry.suites()]
+    if unknown:
+        raise OptionError(f"--suite: unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(registry.suites())})")
+
+    store = Store(out / DATABASE)
+    run_id = store.latest_run(unfinished=True) if args.resume else None
+    if args.resume and run_id is None:
+        raise OptionError(f"--resume: no unfinished run in {str(out / DATABASE)!r}")
+    if run_id is not None:
+        profile = Profile.from_dict(store.settings(run_id))  # a resumed run keeps its own settings
+    if run_id is None:
+        run_id = store.start_run(profile.as_dict(), fingerprint(profile, args.device), _now())
+    jobs = plan_jobs(registry, names, suites)
+    finished = store.finished_jobs(run_id)
+    todo = [job for job in jobs if (job.variant, job.suite) not in finished]
+    print(f"zoo: run {run_id}: {len(todo)} jobs ({len(jobs) - len(todo)} already done), profile {profile.name}, "
+          f"{profile.threads} threads, results in {out / DATABASE}", file=sys.stderr)
+    options = RunOptions(
+        profile=profile, plugins_dirs=[str(Path(p).resolve()) for p in args.plugins_dir],
+        timeout_seconds=args.timeout, memory_limit_bytes=int(args.memory_limit * 2 ** 30) if args.memory_limit else default_memory_limit(),
+    )
+    execute(registry, store, run_id, todo, options, progress=_progress_printer(sys.stderr))
+    store.finish_run(run_id, _now())
+    paths = render(store, run_id, out)
+    _summary(store, run_id)
+    print(f"zoo: leaderboard written to {paths[0]}", file=sys.stderr)
+    return 0
+
+
+def _progress_printer(stream):
+    """Redraw one line per job on a terminal; elsewhere (CI logs) print only finished jobs."""
+    interactive = stream.isatty()
+
+    def show(text: str) -> None:
+        if not interactive:
+            if not text.endswith("\n"):
+                return
+            text = text.lstrip("\r")
+        stream.write(text)
+        stream.flush()
+
+    return show
+
+
+def _select(registry, args) -> list[str]:
+    if getattr(args, "names", None):
+        return [registry.variant(name).name for name in args.names]
+    names = registry.list_variants(args.filter) if args.filter else registry.list_variants()
+    if not names:
+        raise OptionError(f"--filter: {', '.join(args.filter)} matches no variant (known: {', '.join(registry.list_variants())})")
+    return names
+
+
+def _summary(store, run_id) -> None:
+    from .leaderboard import gate
+
+    results = store.results(run_id)
+    failing = gate(results)
+    print("\nvariant         correctness          FLOP/memory claims   fwd+bwd x SDPA (largest common n)")
+    ref = results[(results.check == "x-torch-sdpa") & (results["mode"] == "full") & (results.phase == "fwd+bwd")]
+    common = ref.groupby("n").variant.nunique()
+    n_ref = int(common[common == common.max()].index.max()) if not common.empty else None
+    for variant in sorted(results.variant.unique()):
+        mine = results[results.variant == variant]
+        verdicts = mine[mine.check.isin(["flops-exponent", "memory-exponent"])].status
+        claims = "violated" if (verdicts == "failed").any() else ("hold" if (verdicts == "passed").any() else "-")
+        ratio = ref[(ref.variant == variant) & (ref.n == n_ref)].value
+        ok = "passed" if not failing.get(variant) else f"FAILED ({len(failing[variant])})"
+        print(f"{variant:<15} {ok:<20} {claims:<20} {'' if ratio.empty else f'{ratio.iloc[0]:.3g}x at n={n_ref}'}")
+
+
+def cmd_leaderboard(args) -> int:
+    from .leaderboard import render
+    from .store import Store
+
+    path = Path(args.out) / DATABASE
+    if not path.exists():
+        raise OptionError(f"--out: no results database at {str(path)!r}; run `zoo run-all` first")
+    store = Store(path)
+    run_id = args.run or store.latest_run()
+    if run_id is None or run_id not in set(store.runs().run_id):
+        raise OptionError(f"--run: no run {run_id!r} in {str(path)!r}")
+    written = render(store, run_id, Path(args.out))
+    print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--plugins-dir", action="append", default=[], metavar="DIR",
+                        help="load every .py file in DIR as a plugin (repeatable; also $ZOO_PLUGINS_DIR)")
+    common.add_argument("--strict", action="store_true", help="a plugin that fails to load is an error (exit 2)")
+
+    parser = argparse.ArgumentParser(prog="zoo", description="A plugin-based zoo of attention mechanisms for PyTorch.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", parents=[common], help="list variants (wildcard filter)")
+    p.add_argument("pattern", nargs="?", help="wildcard pattern, e.g. '*head*'")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", parents=[common], help="describe one variant")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("plugins", parents=[common], help="what loaded, from where, and what failed")
+    p.set_defaults(func=cmd_plugins)
+
+    run_options = argparse.ArgumentParser(add_help=False)
+    run_options.add_argument("--profile", default="quick", help="quick (default, ~2 min) or full")
+    run_options.add_argument("--suite", action="append", help="run only this suite (repeatable)")
+    run_options.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    run_options.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
+    run_options.add_argument("--resume", action="store_true", help="finish the last interrupted run in --out")
+    run_options.add_argument("--threads", type=_positive(int), help="torch threads (default: the profile's, 2)")
+    run_options.add_argument("--timeout", type=_positive(float), default=900.0,
+                             help="seconds per variant before its worker is stopped (default 900)")
+    run_options.add_argument("--memory-limit", type=_positive(float), metavar="GIB",
+                             help="address-space cap per worker in GiB (default: 80%% of physical memory)")
+
+    p = sub.add_parser("run-all", parents=[common, run_options], help="run every suite on every variant; write the leaderboard")
+    p.add_argument("--filter", action="append", metavar="PATTERN", help="only variants matching this wildcard (repeatable)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("run", parents=[common, run_options], help="like run-all, for the named variants")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.set_defaults(func=cmd_run, filter=None)
+
+    p = sub.add_parser("leaderboard", parents=[common], help="re-render the leaderboard from the results database")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder holding {DATABASE}")
+    p.add_argument("--run", help="run id (default: the latest)")
+    p.set_defaults(func=cmd_leaderboard)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ZooError as exc:
+        print(f"zoo: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nzoo: interrupted; finished jobs are kept (zoo run-all --resume continues)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The environment fingerprint recorded with every run, so results from different runs and machines
+can be told apart and compared."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
+"""glibc settings for benchmark workers: keep freed blocks instead of returning them to the OS, so
+memory-hungry variants do not pay page faults on every call."""
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str:
+    """The zoo's own commit when it runs from a git checkout ('' for an installed release)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    if out.returncode != 0:
+        return ""
+    return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def fingerprint(profile, device: str) -> dict[str, str]:
+    import torch
+
+    import zoo
+
+    return {
+        "zoo_version": zoo.__version__,
+        "zoo_commit": git_commit(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
+        "cpu_count": str(os.cpu_count()),
+        "threads": str(profile.threads),
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name() if torch.cuda.is_available() else 'unavailable'})",
+        "allocator": " ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()),
+        "profile": profile.name,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }

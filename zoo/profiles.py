@@ -1,0 +1,80 @@
+"""Run profiles: the shapes, ladders and repeat counts each suite uses (``quick`` is the default)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .contract import OptionError
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Settings every suite reads. Figures in the leaderboard are stated with these."""
+
+    name: str
+    seed: int = 0
+    device: str = "cpu"
+    threads: int = 2
+    # correctness: random cases per check, on small shapes
+    cases: int = 3
+    # complexity (FLOPs, memory): one head of 64, where the additive baseline still fits in memory
+    complexity_d_model: int = 64
+    complexity_heads: int = 1
+    complexity_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
+    complexity_modes: tuple[str, ...] = ("full", "causal")
+    complexity_budget_seconds: float = 3.0
+    # speed: batch 1, 8 heads of 64, float32
+    speed_batch: int = 1
+    speed_d_model: int = 512
+    speed_heads: int = 8
+    speed_lengths: tuple[int, ...] = (256, 512, 1024)
+    speed_modes: tuple[str, ...] = ("full",)
+    repeats: int = 5
+    round_seconds: float = 0.02
+    # a callable stops climbing the speed ladder when its next call is predicted to take longer than this
+    call_budget_seconds: float = 0.5
+    reference_length: int = 1024  # the leaderboard ranks by fwd+bwd x SDPA at this n
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Profile":
+        """Inverse of :meth:`as_dict` after a JSON round trip (lists back to tuples)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+    def with_overrides(self, **changes) -> "Profile":
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+PROFILES = {
+    "quick": Profile(name="quick"),
+    "full": Profile(
+        name="full",
+        cases=8,
+        complexity_lengths=(256, 512, 1024, 2048, 4096, 8192, 16384),
+        speed_lengths=(256, 512, 1024, 2048, 4096, 8192, 16384),
+        speed_modes=("full", "causal"),
+        repeats=11,
+        round_seconds=0.2,
+        call_budget_seconds=20.0,
+        complexity_budget_seconds=20.0,
+        reference_length=4096,
+    ),
+}
+
+
+# Seconds, not minutes: for tests and for trying a new plugin end to end (figures too coarse to publish).
+PROFILES["smoke"] = Profile(
+    name="smoke", cases=1, complexity_lengths=(64, 128, 256), complexity_budget_seconds=1.0,
+    speed_d_model=64, speed_heads=2, speed_lengths=(64, 128, 256), repeats=2, round_seconds=0.005,
+    call_budget_seconds=0.2, reference_length=256,
+)
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise OptionError(f"--profile: unknown profile {name!r} (choose from {', '.join(PROFILES)})") from None

@@ -1,0 +1,212 @@
+"""The runner: turns a selection into jobs (variant x suite, plain data), hands them to an executor,
+and writes each finished job to the store as it arrives.
+
+The local executor runs each variant's jobs in a worker process of its own (a fresh interpreter with
+the pinned allocator), under a time limit and a memory cap; a hang, crash or runaway allocation
+becomes an ``error`` row for that variant and the run goes on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .checks import ERROR
+from .environment import ALLOCATOR_ENV
+from .profiles import Profile
+from .registry import Registry, source_hash
+from .store import Store
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work, as plain data any executor can ship: a variant through one suite."""
+
+    variant: str
+    suite: str
+
+
+@dataclass
+class RunOptions:
+    profile: Profile
+    plugins_dirs: list[str] = field(default_factory=list)
+    timeout_seconds: float = 900.0
+    memory_limit_bytes: int | None = None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def default_memory_limit() -> int | None:
+    """80% of physical memory: a runaway variant is stopped before the machine starts swapping."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class LocalExecutor:
+    """Runs each variant's jobs in its own worker subprocess, one variant at a time (timings stay clean)."""
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+
+    def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
+        by_variant: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_variant.setdefault(job.variant, []).append(job)
+        for variant, variant_jobs in by_variant.items():
+            self._run_worker(variant, variant_jobs, on_check, on_job)
+
+    def _run_worker(self, variant: str, jobs: list[Job], on_check, on_job) -> None:
+        options = self.options
+        with tempfile.TemporaryDirectory(prefix="zoo-worker-") as scratch:
+            spec_path, out_path, log_path = (Path(scratch) / name for name in ("spec.json", "out.jsonl", "log.txt"))
+            spec_path.write_text(json.dumps({
+                "jobs": [asdict(job) for job in jobs],
+                "profile": options.profile.as_dict(),
+                "plugins_dirs": options.plugins_dirs,
+            }))
+            out_path.touch()
+            env = {**os.environ, **ALLOCATOR_ENV, "PYTHONUNBUFFERED": "1"}
+            with open(log_path, "w") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "zoo.worker", str(spec_path), str(out_path)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                    preexec_fn=_limit_memory(options.memory_limit_bytes), start_new_session=True,
+                )
+                done: set[tuple[str, str]] = set()
+                partial: dict[tuple[str, str], list[dict]] = {}
+                deadline = time.monotonic() + options.timeout_seconds
+                timed_out = False
+                with open(out_path) as out:
+                    while True:
+                        finished = process.poll() is not None
+                        for record in _complete_lines(out):
+                            key = (record["variant"], record["suite"])
+                            if record["type"] == "check":
+                                partial.setdefault(key, []).extend(record["rows"])
+                                on_check(record)
+                            elif record["type"] == "job":
+                                done.add(key)
+                                on_job({"variant": key[0], "suite": key[1], "status": "done",
+                                        "rows": partial.pop(key, [])})
+                        if finished:
+                            break
+                        if time.monotonic() > deadline:
+                            timed_out = True
+                            _kill(process)
+                        time.sleep(0.05)
+            reason = _failure_reason(process.returncode, timed_out, options, log_path)
+            for job in jobs:
+                key = (job.variant, job.suite)
+                if key in done:
+                    continue
+                rows = partial.pop(key, [])
+                rows.append({"check": "worker", "status": ERROR, "detail": reason})
+                on_job({"variant": job.variant, "suite": job.suite, "status": ERROR, "rows": rows})
+
+
+def _complete_lines(handle) -> Iterable[dict]:
+    """New complete JSON lines from a file another process appends to (a partial line waits)."""
+    while True:
+        position = handle.tell()
+        line = handle.readline()
+        if not line:
+            return
+        if not line.endswith("\n"):
+            handle.seek(position)
+            return
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            continue
+
+
+def _limit_memory(limit: int | None):
+    if not limit:
+        return None
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_path: Path) -> str:
+    log = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
+    last = next((line.strip() for line in reversed(log) if line.strip()), "")
+    if timed_out:
+        return f"timed out: the variant's jobs took longer than the limit of {options.timeout_seconds:g} s (--timeout)"
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        return f"worker crashed with signal {name}" + (f"; last output: {last[:300]}" if last else "")
+    if "MemoryError" in last or "DefaultCPUAllocator: can't allocate memory" in last or "not enough memory" in last:
+        limit = options.memory_limit_bytes
+        cap = f" of {limit / 2 ** 30:.1f} GiB (--memory-limit)" if limit else ""
+        return f"out of memory: an allocation went beyond the memory cap{cap}; last output: {last[:300]}"
+    if returncode == 0:
+        return "worker exited before finishing this job"
+    return f"worker exited with status {returncode}" + (f"; last output: {last[:300]}" if last else "")
+
+
+def plan_jobs(registry: Registry, variants: list[str], suites: list[str]) -> list[Job]:
+    return [Job(variant, suite) for variant in variants for suite in suites]
+
+
+def provenance(registry: Registry, variant_name: str) -> dict:
+    """Where the variant came from (plugin, distribution, file, source hash) and its card."""
+    variant = registry.variant(variant_name)
+    data = asdict(variant.origin) if variant.origin else {}
+    data["source_sha256"] = source_hash(variant.origin.location if variant.origin else None)
+    data["card"] = variant.card()
+    return data
+
+
+def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], options: RunOptions,
+            progress: Callable[[str], None] = lambda line: None) -> None:
+    """Run ``jobs`` and record each in the store as it finishes."""
+    checks_per_suite = {suite: len(registry.checks_for(suite)) for suite in {job.suite for job in jobs}}
+    counts: dict[tuple[str, str], int] = {}
+    started: dict[tuple[str, str], float] = {}
+    total, finished = len(jobs), [0]
+
+    def on_check(record: dict) -> None:
+        key = (record["variant"], record["suite"])
+        started.setdefault(key, time.monotonic() - record["seconds"])
+        counts[key] = counts.get(key, 0) + 1
+        progress(_bar(finished[0] + 1, total, key, counts[key], checks_per_suite[key[1]]))
+
+    def on_job(record: dict) -> None:
+        key = (record["variant"], record["suite"])
+        seconds = time.monotonic() - started.get(key, time.monotonic())
+        store.record_job(run_id, key[0], key[1], record["status"], seconds, provenance(registry, key[0]), record["rows"])
+        finished[0] += 1
+        status = "" if record["status"] == "done" else f"  {record['status'].upper()}: {record['rows'][-1]['detail']}"
+        progress(_bar(finished[0], total, key, checks_per_suite[key[1]], checks_per_suite[key[1]]) + f" {seconds:6.1f} s{status}\n")
+
+    LocalExecutor(options).run(jobs, on_check, on_job)
+
+
+def _bar(position: int, total: int, key: tuple[str, str], done: int, of: int, width: int = 20) -> str:
+    filled = int(width * done / max(of, 1))
+    return f"\r[{position}/{total}] {key[0]:<14} {key[1]:<12} [{'#' * filled}{'.' * (width - filled)}] {done}/{of} checks"

@@ -1,0 +1,142 @@
+"""The results store: SQLite (standard library), one file in the output folder.
+
+Each finished job is written in one transaction with all its rows, so an interrupted run keeps every
+finished job and ``--resume`` can skip them. WAL mode and a busy timeout let concurrent runs write to
+the same file. Nothing read back is unpickled or evaluated: values are plain columns and JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from contextlib import closing
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+RESULT_COLUMNS = ["variant", "suite", "check", "setting", "status", "value", "unit", "detail", "n", "mode", "phase"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    started TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    finished TEXT
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    variant TEXT NOT NULL,
+    suite TEXT NOT NULL,
+    status TEXT NOT NULL,
+    seconds REAL,
+    provenance TEXT NOT NULL,
+    PRIMARY KEY (run_id, variant, suite)
+);
+CREATE TABLE IF NOT EXISTS results (
+    run_id TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    suite TEXT NOT NULL,
+    "check" TEXT NOT NULL,
+    setting TEXT,
+    status TEXT NOT NULL,
+    value REAL,
+    unit TEXT,
+    detail TEXT,
+    n INTEGER,
+    mode TEXT,
+    phase TEXT
+);
+CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id, variant, suite);
+"""
+
+
+class Store:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, timeout=60)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA busy_timeout=60000")
+        connection.executescript(SCHEMA)
+        return connection
+
+    def start_run(self, settings: dict, environment: dict, started: str) -> str:
+        """Record a new run with its profile settings and environment fingerprint; return its id."""
+        run_id = f"{started.replace(' ', 'T').replace(':', '')[:15]}-{uuid.uuid4().hex[:6]}"
+        with closing(self._connect()) as db, db:
+            db.execute("INSERT INTO runs (run_id, started, profile, settings, environment) VALUES (?, ?, ?, ?, ?)",
+                       (run_id, started, settings["name"], json.dumps(settings, sort_keys=True),
+                        json.dumps(environment, sort_keys=True)))
+        return run_id
+
+    def finish_run(self, run_id: str, finished: str) -> None:
+        with closing(self._connect()) as db, db:
+            db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (finished, run_id))
+
+    def record_job(self, run_id: str, variant: str, suite: str, status: str, seconds: float,
+                   provenance: dict, rows: Iterable[dict]) -> None:
+        """All of a job's rows and its completion marker, in one transaction."""
+        with closing(self._connect()) as db, db:
+            db.execute("DELETE FROM results WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
+            db.executemany(
+                'INSERT INTO results (run_id, variant, suite, "check", setting, status, value, unit, detail, n, mode, phase) '
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, variant, suite, r["check"], r.get("setting", ""), r["status"], _number(r.get("value")),
+                  r.get("unit", ""), r.get("detail", ""), r.get("n"), r.get("mode", ""), r.get("phase", ""))
+                 for r in rows],
+            )
+            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+                       (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True)))
+
+    def finished_jobs(self, run_id: str) -> set[tuple[str, str]]:
+        with closing(self._connect()) as db:
+            return set(db.execute("SELECT variant, suite FROM jobs WHERE run_id = ?", (run_id,)).fetchall())
+
+    def runs(self) -> pd.DataFrame:
+        with closing(self._connect()) as db:
+            return pd.read_sql_query("SELECT * FROM runs ORDER BY started, run_id", db)
+
+    def latest_run(self, unfinished: bool = False) -> str | None:
+        runs = self.runs()
+        if unfinished:
+            runs = runs[runs["finished"].isna()]
+        return None if runs.empty else str(runs["run_id"].iloc[-1])
+
+    def environment(self, run_id: str) -> dict:
+        return self._run_json(run_id, "environment")
+
+    def settings(self, run_id: str) -> dict:
+        return self._run_json(run_id, "settings")
+
+    def _run_json(self, run_id: str, column: str) -> dict:
+        with closing(self._connect()) as db:
+            row = db.execute(f"SELECT {column} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def results(self, run_id: str) -> pd.DataFrame:
+        with closing(self._connect()) as db:
+            frame = pd.read_sql_query(
+                'SELECT variant, suite, "check", setting, status, value, unit, detail, n, mode, phase '
+                "FROM results WHERE run_id = ?", db, params=(run_id,))
+        frame["n"] = frame["n"].astype("Int64")
+        return frame
+
+    def jobs(self, run_id: str) -> pd.DataFrame:
+        with closing(self._connect()) as db:
+            frame = pd.read_sql_query("SELECT * FROM jobs WHERE run_id = ?", db, params=(run_id,))
+        frame["provenance"] = frame["provenance"].map(json.loads)
+        return frame
+
+
+def _number(value) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

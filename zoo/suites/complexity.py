@@ -1,0 +1,137 @@
+"""Complexity suite: how FLOPs and peak memory grow with sequence length, against the claim.
+
+FLOPs (FlopCounterMode, with formulas for the fused CPU attention ops) and peak live tensor memory
+(a dispatch mode) are deterministic, so the verdicts rest on them; the time exponent comes from the
+speed suite. Shapes: the profile's complexity config (one head of 64 by default).
+"""
+
+from __future__ import annotations
+
+import math
+
+import zoo
+from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
+from zoo.measure import PeakMemory
+from zoo.scaling import Ladder, fit_exponent, timed
+from zoo.workload import SDPA, self_attention_workloads
+from torch.utils.flop_counter import FlopCounterMode
+
+SUITE = "complexity"
+EXPONENT_TOLERANCE = 0.25
+FORMULA_TOLERANCE = 0.01
+PHASES = ("fwd", "fwd+bwd")
+
+
+def _count(fn) -> tuple[int, int, float]:
+    """FLOPs and peak bytes of one call (both counters in one pass), and the seconds of a plain call."""
+    seconds = timed(fn)
+    with FlopCounterMode(display=False) as flops, PeakMemory() as memory:
+        fn()
+    return flops.get_total_flops(), memory.peak, seconds
+
+
+def measure(variant, profile):
+    """Counts per (who, mode, phase): {n: (flops, bytes)}, for the variant, SDPA and its baselines."""
+    table: dict[tuple[str, str, str], dict[int, tuple[int, int]]] = {}
+    skipped: list[Result] = []
+    modes = [m for m in profile.complexity_modes if m == "full" or variant.tags.supports_causal]
+    for mode in modes:
+        ladder = Ladder(profile.complexity_budget_seconds)
+        beyond = []
+        for n in profile.complexity_lengths:
+            if not ladder.allows(variant.name, n):
+                beyond.append(n)
+                continue
+            loads = self_attention_workloads(
+                variant, batch=1, d_model=profile.complexity_d_model, heads=profile.complexity_heads,
+                n=n, causal=mode == "causal", seed=profile.seed, device=profile.device,
+            )
+            for who, load in loads.items():
+                if not ladder.allows(who, n):
+                    continue
+                slowest = 0.0
+                for phase, fn in zip(PHASES, (load.forward, load.train_step)):
+                    flops, peak, seconds = _count(fn)
+                    table.setdefault((who, mode, phase), {})[n] = (flops, peak)
+                    slowest = max(slowest, seconds)
+                ladder.record(who, n, slowest)
+        if beyond:
+            skipped.append(Result("ladder", SKIPPED, mode, detail=(
+                f"n={', '.join(map(str, beyond))} not measured: predicted over the "
+                f"{profile.complexity_budget_seconds:g} s per-call budget"), mode=mode))
+    return table, skipped
+
+
+def _exponent_verdict(check, claimed, lengths, values, mode, phase) -> Result:
+    fitted = fit_exponent(lengths, values)
+    setting = f"{mode} {phase}"
+    if fitted is None:
+        return Result(check, SKIPPED, setting, detail="fewer than two lengths measured", mode=mode, phase=phase)
+    span = f"n={min(lengths[-3:])}..{max(lengths)}"
+    if fitted > claimed + EXPONENT_TOLERANCE:
+        return Result(check, FAILED, setting, fitted, "exponent",
+                      f"claimed {claimed:g}, fitted {fitted:.2f} over {span}", mode=mode, phase=phase)
+    better = " (better than claimed)" if fitted < claimed - EXPONENT_TOLERANCE else ""
+    return Result(check, PASSED, setting, fitted, "exponent", f"claimed {claimed:g}{better} over {span}",
+                  mode=mode, phase=phase)
+
+
+def _crossover(lengths, ours, theirs) -> tuple[float | None, str]:
+    """Smallest measured n from which the variant costs less than SDPA, else a power-law extrapolation."""
+    cheaper = [n for n in lengths if ours[n] < theirs[n]]
+    if cheaper and all(ours[n] < theirs[n] for n in lengths if n >= cheaper[0]):
+        return float(cheaper[0]), "measured"
+    a, b = fit_exponent(lengths, [ours[n] for n in lengths]), fit_exponent(lengths, [theirs[n] for n in lengths])
+    if a is None or b is None or a >= b:
+        return None, "no crossover: does not grow slower than SDPA"
+    top = max(lengths)
+    n_star = top * math.exp(math.log(ours[top] / theirs[top]) / (b - a))
+    return n_star, "extrapolated from the fitted exponents"
+
+
+def run_complexity(variant, profile):
+    table, skipped = measure(variant, profile)
+    yield from skipped
+    for (who, mode, phase), by_n in sorted(table.items()):
+        check_prefix = "" if who == variant.name else f"{who}-"
+        for n, (flops, peak) in sorted(by_n.items()):
+            yield Result(f"{check_prefix}flops", MEASURED, f"{mode} {phase} n={n}", flops, "FLOP", n=n, mode=mode, phase=phase)
+            yield Result(f"{check_prefix}memory", MEASURED, f"{mode} {phase} n={n}", peak, "bytes", n=n, mode=mode, phase=phase)
+        if who != variant.name:
+            continue
+        lengths = sorted(by_n)
+        yield _exponent_verdict("flops-exponent", variant.complexity.time, lengths,
+                                [by_n[n][0] for n in lengths], mode, phase)
+        yield _exponent_verdict("memory-exponent", variant.complexity.memory, lengths,
+                                [by_n[n][1] for n in lengths], mode, phase)
+        sdpa = table.get((SDPA, mode, phase), {})
+        common = [n for n in lengths if n in sdpa]
+        n_star, how = _crossover(common, {n: by_n[n][0] for n in common}, {n: sdpa[n][0] for n in common})
+        yield Result("crossover-flops", MEASURED if n_star else SKIPPED, f"{mode} {phase}",
+                     round(n_star) if n_star else None, "n", how, mode=mode, phase=phase)
+        for label in variant.baselines:
+            theirs = table.get((label, mode, phase), {})
+            for n in (n for n in lengths if n in theirs and theirs[n][1]):
+                yield Result(f"memory-vs-{label}", MEASURED, f"{mode} {phase} n={n}", by_n[n][1] / theirs[n][1],
+                             "ratio", "peak memory of the variant / the baseline's", n=n, mode=mode, phase=phase)
+    yield from _formula_rows(variant, profile, table)
+
+
+def _formula_rows(variant, profile, table):
+    if variant.flops is None:
+        yield Result("flops-formula", SKIPPED, detail="variant declares no analytic FLOP formula")
+        return
+    by_n = table.get((variant.name, "full", "fwd"), {})
+    for n, (counted, _) in sorted(by_n.items()):
+        expected = variant.flops(batch=1, q_len=n, k_len=n, d_model=profile.complexity_d_model,
+                                 num_heads=profile.complexity_heads, **variant.options)
+        deviation = abs(counted - expected) / expected
+        ok = deviation <= FORMULA_TOLERANCE
+        yield Result("flops-formula", PASSED if ok else FAILED, f"full fwd n={n}", deviation, "rel. deviation",
+                     "" if ok else f"counted {counted:.4g} FLOPs, formula says {expected:.4g}", n=n, mode="full", phase="fwd")
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(Check("complexity", SUITE, "FLOP and peak-memory growth with n vs the claimed exponents; crossover with SDPA",
+                   run_complexity))

@@ -1,0 +1,276 @@
+"""Correctness suite: each variant against its float64 reference, its baselines, and properties
+that must hold for any attention with its declared capabilities.
+
+Every check here is shown to fail on a deliberately broken variant in tests/suites/test_correctness.py.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.gradcheck import GradcheckError
+from torch.func import functional_call
+
+import zoo
+from zoo.cases import Case, cases_for, relative_error
+from zoo.checks import FAILED, PASSED, Check, Result, requires
+
+SUITE = "correctness"
+FLOAT64_TOLERANCE = 1e-10
+FLOAT32_TOLERANCE = 1e-5
+EXACT = 1e-12  # "unchanged" for properties computed in float64
+
+
+def _seeds(profile, salt: int):
+    return [profile.seed * 1000 + salt * 37 + i for i in range(profile.cases)]
+
+
+def _setup(variant, case: Case, seed: int, dtype=torch.float64, scale: float = 1.0):
+    torch.manual_seed(seed)
+    module = case.build(variant, dtype=dtype)
+    return module, case.inputs(seed, dtype=dtype, scale=scale)
+
+
+def _call(module, case: Case, query, key, value, mask):
+    return module(query, key, value, attn_mask=mask, is_causal=case.causal)
+
+
+def _verdict(check: str, case: Case, errors: list[tuple[float, int]], tolerance: float, what: str) -> Result:
+    worst, seed = max(errors)
+    ok = worst <= tolerance
+    detail = "" if ok else f"{what} {worst:.3g} > {tolerance:g} at seed {seed}"
+    return Result(check, PASSED if ok else FAILED, case.describe(), worst, "rel. error", detail)
+
+
+def check_reference(dtype, tolerance):
+    def run(variant, profile):
+        name = f"reference-{str(dtype).removeprefix('torch.')}"
+        for case in cases_for(variant):
+            errors = []
+            for seed in _seeds(profile, 1):
+                module, (q, k, v, mask) = _setup(variant, case, seed, dtype)
+                with torch.no_grad():
+                    out = _call(module, case, q, k, v, mask)
+                    expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
+                errors.append((relative_error(out, expected), seed))
+            yield _verdict(name, case, errors, tolerance, "relative error vs float64 reference")
+
+    return run
+
+
+def check_baselines(variant, profile):
+    if not variant.baselines:
+        yield Result("baselines", "skipped", detail="variant declares no baselines")
+        return
+    for label, make in variant.baselines.items():
+        for case in cases_for(variant):
+            if case.mask == "empty-rows":  # torch modules give NaN there; the zoo's contract says zeros
+                continue
+            errors = []
+            for seed in _seeds(profile, 2):
+                module, (q, k, v, mask) = _setup(variant, case, seed)
+                with torch.no_grad():
+                    errors.append((relative_error(_call(make(module), case, q, k, v, mask), _call(module, case, q, k, v, mask)), seed))
+            yield _verdict(f"baseline-{label}", case, errors, FLOAT64_TOLERANCE, f"relative error vs {label}")
+
+
+def check_gradients(variant, profile):
+    tags = variant.tags
+    k_len = 4 if tags.allows_different_lengths else 3
+    cases = [Case(batch=1, q_len=3, k_len=k_len, d_model=4, num_heads=2)]
+    if tags.supports_causal:
+        cases.append(Case(batch=1, q_len=4, k_len=4, d_model=4, num_heads=2, causal=True))
+    if tags.accepts_attn_mask:
+        cases.append(Case(batch=1, q_len=3, k_len=k_len, d_model=4, num_heads=2, mask="random"))
+    for case in cases:
+        case.options = dict(variant.check_options)
+        seed = _seeds(profile, 3)[0]
+        module, (q, k, v, mask) = _setup(variant, case, seed)
+        names = [n for n, p in module.named_parameters() if p.requires_grad]
+        params = [module.get_parameter(n).detach().clone().requires_grad_() for n in names]
+
+        def fn(query, key, value, *weights):
+            return functional_call(module, dict(zip(names, weights)), (query, key, value),
+                                   {"attn_mask": mask, "is_causal": case.causal})
+
+        inputs = tuple(x.detach().clone().requires_grad_() for x in (q, k, v)) + tuple(params)
+        try:
+            ok = torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4)
+            detail = ""
+        except GradcheckError as exc:
+            ok, detail = False, str(exc).splitlines()[0]
+        setting = f"{case.describe()} params={len(params)}"
+        yield Result("gradcheck", PASSED if ok else FAILED, setting, detail=detail)
+
+
+def _unchanged(check, case, before, after, what, tolerance=EXACT) -> Result:
+    diff = float((before - after).abs().max()) if before.numel() else 0.0
+    ok = diff <= tolerance * max(1.0, float(before.abs().max()) if before.numel() else 1.0)
+    return Result(check, PASSED if ok else FAILED, case.describe(), diff, "max abs change",
+                  "" if ok else f"{what} changed the output by {diff:.3g}")
+
+
+def check_query_permutation(variant, profile):
+    case = Case(batch=2, q_len=8, k_len=8, options=dict(variant.check_options))
+    for seed in _seeds(profile, 4):
+        module, (q, k, v, _) = _setup(variant, case, seed)
+        perm = torch.randperm(case.q_len, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            out = module(q, k, v)
+            permuted = module(q[:, perm], k, v)
+        yield _unchanged("query-permutation", case, out[:, perm], permuted, "permuting the queries")
+
+
+def check_key_permutation(variant, profile):
+    case = Case(batch=2, q_len=8, k_len=8, options=dict(variant.check_options))
+    for seed in _seeds(profile, 5):
+        module, (q, k, v, _) = _setup(variant, case, seed)
+        perm = torch.randperm(case.k_len, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            out = module(q, k, v)
+            permuted = module(q, k[:, perm], v[:, perm])
+        yield _unchanged("key-permutation", case, out, permuted, "permuting the key/value pairs")
+
+
+def check_batch_independence(variant, profile):
+    case = Case(batch=3, q_len=8, k_len=8, options=dict(variant.check_options))
+    for seed in _seeds(profile, 6):
+        module, (q, k, v, _) = _setup(variant, case, seed)
+        with torch.no_grad():
+            out = module(q, k, v)
+            q2, k2, v2 = (x.clone() for x in (q, k, v))
+            for x in (q2, k2, v2):
+                x[1:] = torch.randn_like(x[1:]) * 3
+            changed = module(q2, k2, v2)
+        yield _unchanged("batch-independence", case, out[0], changed[0], "changing other batch elements")
+
+
+def check_causal_leak(variant, profile):
+    case = Case(batch=2, q_len=10, k_len=10, causal=True, options=dict(variant.check_options))
+    cut = 6
+    for seed in _seeds(profile, 7):
+        module, (q, k, v, _) = _setup(variant, case, seed)
+        inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = module(*inputs, is_causal=True)
+        out[:, :cut].sum().backward()
+        leaked = max(float(x.grad[:, cut:].abs().max()) for x in inputs)
+        with torch.no_grad():
+            future = [x.clone() for x in (q, k, v)]
+            for x in future:
+                x[:, cut:] = torch.randn_like(x[:, cut:]) * 3
+            changed = module(*future, is_causal=True)
+        result = _unchanged("causal-leak", case, out[:, :cut].detach(), changed[:, :cut], "changing future tokens")
+        if result.status == PASSED and leaked > 0:
+            result = Result("causal-leak", FAILED, case.describe(), leaked, "max abs grad",
+                            f"earlier outputs have gradient {leaked:.3g} w.r.t. future tokens")
+        yield result
+
+
+def check_masked_keys(variant, profile):
+    case = Case(batch=2, q_len=8, k_len=8, mask="padding", options=dict(variant.check_options))
+    for seed in _seeds(profile, 8):
+        module, (q, k, v, mask) = _setup(variant, case, seed)
+        hidden = ~mask[:, 0, 0]  # (batch, k_len): keys nobody may attend to
+        inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = module(*inputs, attn_mask=mask)
+        out.sum().backward()
+        leaked = max(float(x.grad[hidden].abs().max()) if hidden.any() else 0.0 for x in inputs[1:])
+        with torch.no_grad():
+            k2, v2 = k.clone(), v.clone()
+            k2[hidden] = torch.randn_like(k2[hidden]) * 3
+            v2[hidden] = torch.randn_like(v2[hidden]) * 3
+            changed = module(q, k2, v2, attn_mask=mask)
+        result = _unchanged("masked-keys", case, out.detach(), changed, "changing masked-out keys/values")
+        if result.status == PASSED and leaked > 0:
+            result = Result("masked-keys", FAILED, case.describe(), leaked, "max abs grad",
+                            f"output has gradient {leaked:.3g} w.r.t. masked-out keys/values")
+        yield result
+
+
+def check_empty_rows(variant, profile):
+    case = Case(batch=2, q_len=9, k_len=9, mask="empty-rows", options=dict(variant.check_options))
+    for seed in _seeds(profile, 9):
+        module, (q, k, v, mask) = _setup(variant, case, seed)
+        empty = ~mask.any(dim=-1)[:, 0]  # (batch, q_len)
+        inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = module(*inputs, attn_mask=mask)
+        out.sum().backward()
+        if not torch.isfinite(out).all() or not all(torch.isfinite(x.grad).all() for x in inputs):
+            yield Result("empty-rows", FAILED, case.describe(), detail="non-finite output or gradient for fully masked rows")
+            continue
+        if not variant.tags.has_parameters:
+            worst = float(out.detach()[empty].abs().max())
+            ok = worst == 0.0
+            yield Result("empty-rows", PASSED if ok else FAILED, case.describe(), worst, "max abs output",
+                         "" if ok else f"fully masked rows give {worst:.3g}, not zeros")
+            continue
+        with torch.no_grad():  # with parameters (e.g. an output bias) the row need not be 0: it must ignore keys
+            changed = module(q, torch.randn_like(k) * 3, torch.randn_like(v) * 3, attn_mask=mask)
+        yield _unchanged("empty-rows", case, out.detach()[empty], changed[empty], "keys/values of fully masked rows")
+
+
+def check_dtype_device(variant, profile):
+    for dtype in (torch.float32, torch.float64):
+        for case in cases_for(variant):
+            module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 10)[0], dtype)
+            with torch.no_grad():
+                out = _call(module, case, q, k, v, mask)
+            expected = (case.batch, case.q_len, case.d_model)
+            problems = []
+            if tuple(out.shape) != expected:
+                problems.append(f"shape {tuple(out.shape)} != {expected}")
+            if out.dtype != dtype:
+                problems.append(f"dtype {out.dtype} != {dtype}")
+            if out.device != q.device:
+                problems.append(f"device {out.device} != {q.device}")
+            yield Result("dtype-device", FAILED if problems else PASSED, f"{case.describe()} {dtype}",
+                         detail="; ".join(problems))
+
+
+def check_deterministic(variant, profile):
+    for case in cases_for(variant):
+        module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 11)[0], torch.float32)
+        with torch.no_grad():
+            first, second = _call(module, case, q, k, v, mask), _call(module, case, q, k, v, mask)
+        same = torch.equal(first, second)
+        yield Result("deterministic", PASSED if same else FAILED, case.describe(),
+                     detail="" if same else "two identical calls gave different outputs")
+
+
+def check_large_magnitude(variant, profile):
+    for case in cases_for(variant):
+        module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 12)[0], torch.float32, scale=1e4)
+        with torch.no_grad():
+            out = _call(module, case, q, k, v, mask)
+        finite = bool(torch.isfinite(out).all())
+        yield Result("large-magnitude", PASSED if finite else FAILED, f"{case.describe()} inputs x1e4",
+                     detail="" if finite else "non-finite outputs (softmax overflow?)")
+
+
+CHECKS = [
+    Check("reference-float64", SUITE, "equals its float64 reference to 1e-10 (relative)",
+          check_reference(torch.float64, FLOAT64_TOLERANCE)),
+    Check("reference-float32", SUITE, "float32 run equals the float64 reference to 1e-5 (relative)",
+          check_reference(torch.float32, FLOAT32_TOLERANCE)),
+    Check("baselines", SUITE, "equals each declared baseline implementation (float64, 1e-10)", check_baselines),
+    Check("gradcheck", SUITE, "torch.autograd.gradcheck on inputs and parameters (float64)", check_gradients),
+    Check("query-permutation", SUITE, "permuting the queries permutes the outputs",
+          check_query_permutation, requires("key_order_invariant")),
+    Check("key-permutation", SUITE, "permuting key/value pairs leaves the outputs unchanged",
+          check_key_permutation, requires("key_order_invariant")),
+    Check("batch-independence", SUITE, "each batch element is independent of the others", check_batch_independence),
+    Check("causal-leak", SUITE, "future tokens change neither earlier outputs nor their gradients",
+          check_causal_leak, requires("supports_causal")),
+    Check("masked-keys", SUITE, "masked-out keys/values have no influence (values and gradients)",
+          check_masked_keys, requires("accepts_attn_mask")),
+    Check("empty-rows", SUITE, "a fully masked query row is finite and ignores keys (zeros without parameters)",
+          check_empty_rows, requires("accepts_attn_mask")),
+    Check("dtype-device", SUITE, "output shape (batch, q_len, d_model), dtype and device preserved", check_dtype_device),
+    Check("deterministic", SUITE, "two identical calls give identical outputs", check_deterministic),
+    Check("large-magnitude", SUITE, "finite outputs for inputs scaled by 1e4", check_large_magnitude),
+]
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    for check in CHECKS:
+        register(check)

@@ -1,0 +1,69 @@
+"""A worker: runs jobs (variant x suite) described by plain data, in a fresh interpreter.
+
+``python -m zoo.worker SPEC OUT`` reads the JSON spec, and appends one JSON line to OUT per finished
+check and per finished job. Results never travel over stdout, so a plugin that prints cannot corrupt them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from typing import IO
+
+from .checks import ERROR, SKIPPED, Result
+from .profiles import Profile
+
+
+def run_jobs(spec: dict, out: IO[str]) -> None:
+    import torch
+
+    from .registry import load_registry
+
+    profile = Profile.from_dict(spec["profile"])
+    torch.set_num_threads(profile.threads)
+    registry = load_registry(spec.get("plugins_dirs", []))
+
+    def emit(record: dict) -> None:
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+    for job in spec["jobs"]:
+        variant = registry.variant(job["variant"])
+        for check in registry.checks_for(job["suite"]):
+            started = time.perf_counter()
+            reason = check.applies(variant.tags)
+            if reason:
+                rows = [Result(check.name, SKIPPED, detail=reason)]
+            else:
+                rows = []
+                try:
+                    for row in check.run(variant, profile):
+                        rows.append(row)
+                except Exception as exc:  # one check's failure must not stop the others
+                    rows.append(Result(check.name, ERROR, detail=describe_exception(exc)))
+            emit({"type": "check", "variant": variant.name, "suite": job["suite"], "check": check.name,
+                  "seconds": time.perf_counter() - started, "rows": [r.as_dict() for r in rows]})
+        emit({"type": "job", "variant": variant.name, "suite": job["suite"]})
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'TypeError: message (at file.py:12 in fn)': the innermost frame, for a person to act on."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    message = " ".join(str(exc).split()) or "(no message)"
+    return f"{type(exc).__name__}: {message[:500]}{where}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec_path, out_path = (argv or sys.argv[1:])[:2]
+    with open(spec_path) as handle:
+        spec = json.load(handle)
+    with open(out_path, "a") as out:
+        run_jobs(spec, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
