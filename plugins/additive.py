@@ -27,8 +27,8 @@ class ChunkedAdditiveScores(torch.autograd.Function):
         scores = qp.new_empty(batch, heads, q_len, kp.shape[2])
         v_col = v.view(1, heads, 1, -1, 1)
         for start in range(0, q_len, chunk):
-            t = torch.tanh(qp[:, :, start:start + chunk, None, :] + kp[:, :, None, :, :])
-            scores[:, :, start:start + chunk] = (t @ v_col).squeeze(-1)
+            hidden = (qp[:, :, start:start + chunk, None, :] + kp[:, :, None, :, :]).tanh_()
+            scores[:, :, start:start + chunk] = (hidden @ v_col).squeeze(-1)
         return scores
 
     @staticmethod
@@ -36,14 +36,17 @@ class ChunkedAdditiveScores(torch.autograd.Function):
         qp, kp, v = ctx.saved_tensors
         chunk, heads = ctx.chunk, qp.shape[1]
         grad_q, grad_k, grad_v = torch.empty_like(qp), torch.zeros_like(kp), torch.zeros_like(v)
-        v_row = v.view(1, heads, 1, 1, -1)
+        v_row = v.view(1, heads, 1, -1)
         for start in range(0, qp.shape[2], chunk):
-            t = torch.tanh(qp[:, :, start:start + chunk, None, :] + kp[:, :, None, :, :])
-            g = grad_scores[:, :, start:start + chunk].unsqueeze(-1)
-            grad_v += (g * t).sum(dim=(0, 2, 3))
-            dt = g * (1 - t * t) * v_row
-            grad_q[:, :, start:start + chunk] = dt.sum(dim=3)
-            grad_k += dt.sum(dim=2)
+            hidden = (qp[:, :, start:start + chunk, None, :] + kp[:, :, None, :, :]).tanh_()  # recomputed
+            g = grad_scores[:, :, start:start + chunk]  # (b, h, c, k)
+            # d score / d v = hidden: contract over queries and keys as one matmul per head
+            grad_v += (g.flatten(2).unsqueeze(2) @ hidden.flatten(2, 3)).sum(dim=0).squeeze(1)
+            # d score / d hidden = v (1 - hidden^2); v is constant over queries and keys, so it is
+            # applied after summing, and 1 - hidden^2 is formed in place
+            local = hidden.mul_(hidden).neg_().add_(1).mul_(g.unsqueeze(-1))
+            grad_q[:, :, start:start + chunk] = local.sum(dim=3) * v_row
+            grad_k += local.sum(dim=2) * v_row
         return grad_q, grad_k, grad_v, None
 
 

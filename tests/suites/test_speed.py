@@ -1,0 +1,23 @@
+"""The speed suite reports medians, spread and ratios measured in one process (no timing asserts)."""
+
+from zoo.profiles import PROFILES
+from zoo.suites.speed import run_approximation_error, run_speed
+
+PROFILE = PROFILES["smoke"]
+
+
+def test_speed_rows_cover_every_length_with_ratios_to_sdpa_and_baselines(registry):
+    rows = list(run_speed(registry.variant("windowed"), PROFILE))
+    checks = {r.check for r in rows}
+    assert {"matmul-peak", "allocator", "time", "time-iqr", "x-torch-sdpa", "x-torch-sdpa-band", "gflops",
+            "peak-fraction", "tokens-per-s", "time-exponent"} <= checks
+    timed = {r.n for r in rows if r.check == "time"}
+    assert timed == set(PROFILE.speed_lengths)
+    assert all(r.value > 0 for r in rows if r.check.startswith("x-"))
+
+
+def test_approximation_error_is_measured_for_approximations_only(registry):
+    check = [c for c in registry.checks_for("speed") if c.name == "approximation-error"][0]
+    assert check.applies(registry.variant("dot-product").tags) is not None
+    rows = list(run_approximation_error(registry.variant("linear"), PROFILE))
+    assert len(rows) == len(PROFILE.speed_lengths) and all(0 < r.value < 10 for r in rows)
