@@ -21,6 +21,23 @@ FACTORY_RAISES = good_plugin("factory-raises").replace(
     "        self.num_heads = num_heads", "        raise RuntimeError('cannot build')")
 
 
+def misbehaving(name: str, body: str) -> str:
+    """A plugin whose forward runs ``body`` (indented code) before computing attention."""
+    return good_plugin(name).replace("        h = self.num_heads\n        return",
+                                     "        import torch\n" + body + "        h = self.num_heads\n        return")
+
+
+MISBEHAVING = {
+    "forward-raises": misbehaving("forward-raises", "        raise ValueError('forward is broken')\n"),
+    "wrong-shape": good_plugin("wrong-shape").replace("attn_mask, is_causal))", "attn_mask, is_causal))[:, :1]"),
+    "wrong-dtype": good_plugin("wrong-dtype").replace("attn_mask, is_causal))", "attn_mask, is_causal)).half()"),
+    "gives-nan": good_plugin("gives-nan").replace("attn_mask, is_causal))", "attn_mask, is_causal)) * float('nan')"),
+    "segfaults": misbehaving("segfaults", "        import ctypes\n        ctypes.string_at(0)\n"),
+    "over-memory": misbehaving("over-memory", "        torch.ones(2 ** 31)\n"),
+    "chatty": "print('{\"type\": \"job\", garbage')\n" + misbehaving("chatty", "        print('not json {{{')\n"),
+}
+
+
 def run_all(tmp_path, *args, timeout=300):
     return subprocess.run([sys.executable, "-m", "zoo", "run-all", "--profile", "smoke", "--out", str(tmp_path / "out"),
                            *map(str, args)], capture_output=True, text=True, timeout=timeout)
@@ -32,11 +49,13 @@ def finished_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("run")
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    for name, source in {"leaks": LEAKS_FUTURE, "crashes": CRASHES, "hangs": HANGS, "raises": FACTORY_RAISES}.items():
+    sources = {"leaks": LEAKS_FUTURE, "crashes": CRASHES, "hangs": HANGS, "raises": FACTORY_RAISES,
+               **{name.replace("-", "_"): source for name, source in MISBEHAVING.items()}}
+    for name, source in sources.items():
         (plugins / f"{name}.py").write_text(source)
-    out = run_all(tmp_path, "--plugins-dir", plugins, "--timeout", 25,
-                  *[arg for name in ("dot-product", "leaks-future", "crashes", "hangs", "factory-raises")
-                    for arg in ("--filter", name)])
+    names = ["dot-product", "leaks-future", "crashes", "hangs", "factory-raises", *MISBEHAVING]
+    out = run_all(tmp_path, "--plugins-dir", plugins, "--timeout", 25, "--memory-limit", 4, "--suite", "correctness",
+                  *[arg for name in names for arg in ("--filter", name)])
     return out, tmp_path / "out"
 
 
@@ -44,10 +63,9 @@ def test_run_completes_and_writes_the_three_kinds_of_output(finished_run):
     out, folder = finished_run
     assert out.returncode == 0, out.stderr
     assert (folder / "README.md").exists() and (folder / "results.csv").exists()
-    assert {p.name for p in folder.glob("*.png")} == {"time.png", "flops.png", "memory.png"}
     results = pd.read_csv(folder / "results.csv")
     assert {"variant", "suite", "check", "setting", "status", "value", "unit", "detail"} <= set(results.columns)
-    assert set(results.variant) == {"dot-product", "leaks-future", "crashes", "hangs", "factory-raises"}
+    assert set(results.variant) == {"dot-product", "leaks-future", "crashes", "hangs", "factory-raises", *MISBEHAVING}
 
 
 def test_broken_variant_fails_with_its_reason_while_the_good_one_ranks(finished_run):
@@ -67,12 +85,42 @@ def test_broken_variant_fails_with_its_reason_while_the_good_one_ranks(finished_
     ("crashes", "worker exited with status 3"),
     ("hangs", "timed out"),
     ("factory-raises", "cannot build"),
+    ("forward-raises", "forward is broken"),
+    ("wrong-shape", "expected (batch, q_len, d_model)"),
+    ("wrong-dtype", "dtype and device must be preserved"),
+    ("gives-nan", "non-finite (NaN/inf) output"),
+    ("segfaults", "worker crashed with signal SIGSEGV"),
+    ("over-memory", "beyond the worker's memory cap of 4.0 GiB"),
 ])
 def test_misbehaving_plugins_get_error_rows_with_a_reason(finished_run, variant, reason):
     _, folder = finished_run
     results = pd.read_csv(folder / "results.csv")
     errors = results[(results.variant == variant) & (results.status == "error")]
-    assert not errors.empty and errors.detail.str.contains(reason).any(), errors.detail.tolist()
+    assert not errors.empty and errors.detail.str.contains(reason, regex=False).any(), errors.detail.tolist()
+
+
+def test_a_plugin_printing_garbage_to_stdout_changes_nothing(finished_run):
+    _, folder = finished_run
+    results = pd.read_csv(folder / "results.csv")
+    chatty = results[results.variant == "chatty"]
+    assert not chatty.empty and set(chatty.status) <= {"passed", "skipped"}
+
+
+def test_every_bad_variant_is_explained_on_the_leaderboard(finished_run):
+    _, folder = finished_run
+    readme = (folder / "README.md").read_text()
+    for name in ["leaks-future", "crashes", "hangs", "factory-raises", "forward-raises", "wrong-shape",
+                 "wrong-dtype", "gives-nan", "segfaults", "over-memory"]:
+        assert f"**{name}**" in readme
+
+
+def test_speed_and_complexity_of_a_good_variant_render(tmp_path):
+    out = run_all(tmp_path, "--filter", "dot-product")
+    assert out.returncode == 0, out.stderr
+    folder = tmp_path / "out"
+    assert {p.name for p in folder.glob("*.png")} == {"time.png", "flops.png", "memory.png"}
+    readme = (folder / "README.md").read_text()
+    assert "| dot-product" in readme.split("## Leaderboard")[1].split("## Correctness")[0]
 
 
 def test_leaderboard_rerenders_from_the_database(finished_run):

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .contract import OptionError, Variant, VariantInputError
+from .contract import OptionError, Variant, VariantInputError, VariantOutputError
 from .registry import Registry, load_registry
 
 
@@ -45,6 +45,7 @@ def build(variant: Variant, d_model: int, num_heads: int = 1, **options: Any):
     module.register_forward_pre_hook(
         functools.partial(_check_inputs, variant, d_model, num_heads, resolved), with_kwargs=True
     )
+    module.register_forward_hook(functools.partial(_check_output, variant, d_model), with_kwargs=True)
     return module
 
 
@@ -93,6 +94,23 @@ def _check_inputs(variant: Variant, d_model: int, num_heads: int, options: dict,
         target = (query.shape[0], num_heads, query.shape[1], key.shape[1])
         if attn_mask.dim() > 4 or not _broadcastable(tuple(attn_mask.shape), target):
             fail(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (batch, heads, q_len, k_len) = {target}")
+
+
+def _check_output(variant: Variant, d_model: int, module, args, kwargs, output):
+    """Shape, dtype and device of what the variant returned (metadata only: no cost in timed loops)."""
+    query = args[0] if args else kwargs["query"]
+    key = args[1] if len(args) > 1 else kwargs["key"]
+    expected = (query.shape[0], query.shape[1], d_model)
+    if not isinstance(output, torch.Tensor):
+        raise VariantOutputError(f"variant {variant.name!r} returned {type(output).__name__}, not a tensor")
+    if tuple(output.shape) != expected:
+        raise VariantOutputError(
+            f"variant {variant.name!r} returned shape {tuple(output.shape)} for query {tuple(query.shape)} and key "
+            f"{tuple(key.shape)}; expected (batch, q_len, d_model) = {expected}")
+    if output.dtype != query.dtype or output.device != query.device:
+        raise VariantOutputError(
+            f"variant {variant.name!r} returned {output.dtype} on {output.device} for {query.dtype} inputs on "
+            f"{query.device}; dtype and device must be preserved")
 
 
 def _broadcastable(shape: tuple, target: tuple) -> bool:

@@ -7,7 +7,7 @@ stays instant.
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import sys
 from pathlib import Path
 
@@ -112,10 +112,12 @@ def cmd_run(args) -> int:
 
         if not torch.cuda.is_available():
             raise OptionError("--device cuda: no CUDA device is available on this machine")
-    profile = profile.with_overrides(threads=args.threads, device=args.device)
+    profile = profile.with_overrides(threads=args.threads, device=args.device, speed_d_model=args.d_model,
+                                     speed_heads=args.heads, variant_options=_parse_options(args.option))
     out = _writable_dir(args.out)
     registry = _registry(args)
     names = _select(registry, args)
+    _check_variant_settings(registry, names, profile)
     suites = args.suite or registry.suites()
     unknown = [s for s in suites if s not in registry.suites()]
     if unknown:
@@ -144,6 +146,43 @@ def cmd_run(args) -> int:
     _summary(store, run_id)
     print(f"zoo: leaderboard written to {paths[0]}", file=sys.stderr)
     return 0
+
+
+def _parse_options(pairs: list[str] | None) -> dict | None:
+    """--option KEY=VALUE: VALUE read as JSON (numbers, true/false, null), else kept as text."""
+    if not pairs:
+        return None
+    options = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise OptionError(f"--option: expected KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(text)
+        except json.JSONDecodeError:
+            options[key] = text
+    return options
+
+
+def _check_variant_settings(registry, names: list[str], profile) -> None:
+    """Build every selected variant with the run's sizes and options now, so a bad value is one clear
+    line before any work starts rather than an error row per variant later."""
+    from .api import build
+
+    for key in profile.variant_options:
+        if not any(key in registry.variant(n).options for n in names):
+            known = sorted({o for n in names for o in registry.variant(n).options})
+            raise OptionError(f"--option: no selected variant has an option {key!r} (their options: {', '.join(known) or 'none'})")
+    if profile.speed_d_model % profile.speed_heads:
+        raise OptionError(f"--d-model {profile.speed_d_model} is not divisible by --heads {profile.speed_heads}")
+    for name in names:
+        variant = registry.variant(name).with_defaults(profile.variant_options)
+        try:
+            build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads)
+        except OptionError as exc:
+            raise OptionError(f"--option/--d-model/--heads: {exc}") from None
+        except Exception:  # a plugin's own bug, not a bad value: its worker records it as an error row
+            continue
 
 
 def _progress_printer(stream):
@@ -205,6 +244,34 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from tabulate import tabulate
+
+    from .compare import exponent_changes, status_changes, timing_changes
+    from .store import Store
+
+    path = Path(args.out) / DATABASE
+    if not path.exists():
+        raise OptionError(f"--out: no results database at {str(path)!r}")
+    store = Store(path)
+    runs = list(store.runs().run_id)
+    resolved = []
+    for given in (args.run_a, args.run_b):
+        matches = [r for r in runs if r.startswith(given)]
+        if len(matches) != 1:
+            raise OptionError(f"run {given!r} matches {len(matches)} runs in {str(path)!r} (runs: {', '.join(runs)})")
+        resolved.append(matches[0])
+    a, b = (store.results(r) for r in resolved)
+    print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
+    for title, frame in (("Timing beyond the noise (the larger IQR of the two runs, at least 5%)", timing_changes(a, b)),
+                         ("Checks that started or stopped failing", status_changes(a, b)),
+                         ("Fitted exponents that moved by more than 0.1", exponent_changes(a, b))):
+        print(f"## {title}\n")
+        print(tabulate(frame, headers="keys", tablefmt="github", showindex=False, floatfmt=".3g") if not frame.empty else "(none)")
+        print()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugins-dir", action="append", default=[], metavar="DIR",
@@ -232,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_options.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
     run_options.add_argument("--resume", action="store_true", help="finish the last interrupted run in --out")
     run_options.add_argument("--threads", type=_positive(int), help="torch threads (default: the profile's, 2)")
+    run_options.add_argument("--d-model", type=_positive(int), help="model width of the timed shapes (default 512)")
+    run_options.add_argument("--heads", type=_positive(int), help="heads of the timed shapes (default 8)")
+    run_options.add_argument("--option", action="append", metavar="KEY=VALUE",
+                             help="a variant option for this run, e.g. window=64 (repeatable)")
     run_options.add_argument("--timeout", type=_positive(float), default=900.0,
                              help="seconds per variant before its worker is stopped (default 900)")
     run_options.add_argument("--memory-limit", type=_positive(float), metavar="GIB",
@@ -244,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common, run_options], help="like run-all, for the named variants")
     p.add_argument("names", nargs="+", metavar="NAME")
     p.set_defaults(func=cmd_run, filter=None)
+
+    p = sub.add_parser("compare", help="what changed between two runs in the results database")
+    p.add_argument("run_a", metavar="RUN_A", help="run id (or a unique prefix): before")
+    p.add_argument("run_b", metavar="RUN_B", help="run id (or a unique prefix): after")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder holding {DATABASE}")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("leaderboard", parents=[common], help="re-render the leaderboard from the results database")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder holding {DATABASE}")

@@ -43,6 +43,10 @@ class VariantInputError(ZooError, ValueError):
     """A variant was called with inputs its capabilities do not cover."""
 
 
+class VariantOutputError(ZooError, ValueError):
+    """A variant returned something that breaks the calling convention (shape, dtype, device, NaN)."""
+
+
 @dataclass(frozen=True)
 class Tags:
     """Capabilities of a variant; the harness picks checks and input shapes from these.
@@ -174,6 +178,11 @@ class Variant:
             "baselines": list(self.baselines),
             "targets": [dataclasses.asdict(t) for t in self.targets],
         }
+
+    def with_defaults(self, overrides: Mapping[str, Any]) -> "Variant":
+        """This variant with new option defaults, taking only the overrides it has an option for."""
+        mine = {k: v for k, v in overrides.items() if k in self.options}
+        return dataclasses.replace(self, options={**self.options, **mine}) if mine else self
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """The variant's defaults overridden by ``options``; unknown names are rejected by name."""

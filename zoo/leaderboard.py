@@ -73,7 +73,11 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     env = store.environment(run_id)
     cards = {r.variant: r.provenance for r in jobs.itertuples()}
     written = [out_dir / "results.csv"]
-    results.assign(run_id=run_id)[["run_id", *RESULT_COLUMNS]].sort_values(
+    origin = {r.variant: {"plugin": r.provenance.get("plugin"), "origin": _origin(r.provenance),
+                          "source_sha256": r.provenance.get("source_sha256")} for r in jobs.itertuples()}
+    tidy = results.assign(run_id=run_id, **{column: results.variant.map(lambda v, c=column: origin.get(v, {}).get(c))
+                                            for column in ("plugin", "origin", "source_sha256")})
+    tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
         ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(written[0], index=False)
     plots = _plots(results, out_dir)
     written += plots

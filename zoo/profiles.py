@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .contract import OptionError
 
@@ -35,6 +35,8 @@ class Profile:
     # a callable stops climbing the speed ladder when its next call is predicted to take longer than this
     call_budget_seconds: float = 0.3
     reference_length: int = 1024  # the leaderboard ranks by fwd+bwd x SDPA at this n
+    # variant option defaults for this run (--option KEY=VALUE), applied to variants that have the option
+    variant_options: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -42,7 +44,8 @@ class Profile:
     @classmethod
     def from_dict(cls, data: dict) -> "Profile":
         """Inverse of :meth:`as_dict` after a JSON round trip (lists back to tuples)."""
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 
     def with_overrides(self, **changes) -> "Profile":
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})

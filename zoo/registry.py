@@ -246,7 +246,7 @@ class Registry:
         try:
             return self.variants[name]
         except KeyError:
-            close = difflib.get_close_matches(name, list(self.variants), n=3, cutoff=0.5)
+            close = difflib.get_close_matches(name, list(self.variants), n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(self.variants))}"
             raise UnknownVariantError(f"unknown variant {name!r}{hint}") from None
 

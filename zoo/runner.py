@@ -8,6 +8,8 @@ becomes an ``error`` row for that variant and the run goes on.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime
 import json
 import os
@@ -26,6 +28,9 @@ from .environment import ALLOCATOR_ENV
 from .profiles import Profile
 from .registry import Registry, source_hash
 from .store import Store
+
+
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class LocalExecutor:
                 "jobs": [asdict(job) for job in jobs],
                 "profile": options.profile.as_dict(),
                 "plugins_dirs": options.plugins_dirs,
+                "memory_limit_bytes": options.memory_limit_bytes,
             }))
             out_path.touch()
             env = {**os.environ, **ALLOCATOR_ENV, "PYTHONUNBUFFERED": "1"}
@@ -84,13 +90,13 @@ class LocalExecutor:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "zoo.worker", str(spec_path), str(out_path)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                    preexec_fn=_limit_memory(options.memory_limit_bytes), start_new_session=True,
+                    preexec_fn=_worker_setup(options.memory_limit_bytes), start_new_session=True,
                 )
                 done: set[tuple[str, str]] = set()
                 partial: dict[tuple[str, str], list[dict]] = {}
                 deadline = time.monotonic() + options.timeout_seconds
                 timed_out = False
-                with open(out_path) as out:
+                with open(out_path) as out, _killed_on_exit(process):
                     while True:
                         finished = process.poll() is not None
                         for record in _complete_lines(out):
@@ -118,6 +124,16 @@ class LocalExecutor:
                 on_job({"variant": job.variant, "suite": job.suite, "status": ERROR, "rows": rows})
 
 
+@contextlib.contextmanager
+def _killed_on_exit(process: subprocess.Popen):
+    """On Ctrl-C (or any error) in the runner, stop the worker too: it runs in a session of its own."""
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            _kill(process)
+
+
 def _complete_lines(handle) -> Iterable[dict]:
     """New complete JSON lines from a file another process appends to (a partial line waits)."""
     while True:
@@ -134,12 +150,18 @@ def _complete_lines(handle) -> Iterable[dict]:
             continue
 
 
-def _limit_memory(limit: int | None):
-    if not limit:
-        return None
+def _worker_setup(memory_limit: int | None):
+    """Runs in the worker before it starts: the memory cap, and death with its parent (Linux), so a
+    killed run leaves no orphan behind."""
 
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        if memory_limit:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        if sys.platform.startswith("linux"):
+            try:
+                ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            except OSError:
+                pass
 
     return apply
 

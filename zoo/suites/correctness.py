@@ -13,6 +13,7 @@ from torch.func import functional_call
 import zoo
 from zoo.cases import Case, cases_for, relative_error
 from zoo.checks import FAILED, PASSED, Check, Result, requires
+from zoo.contract import VariantOutputError
 
 SUITE = "correctness"
 FLOAT64_TOLERANCE = 1e-10
@@ -31,7 +32,12 @@ def _setup(variant, case: Case, seed: int, dtype=torch.float64, scale: float = 1
 
 
 def _call(module, case: Case, query, key, value, mask):
-    return module(query, key, value, attn_mask=mask, is_causal=case.causal)
+    """One call on finite inputs; non-finite outputs make the check an error, with the case named."""
+    out = module(query, key, value, attn_mask=mask, is_causal=case.causal)
+    if not torch.isfinite(out).all():
+        bad = int((~torch.isfinite(out)).sum())
+        raise VariantOutputError(f"{bad} non-finite (NaN/inf) output values on finite inputs [{case.describe()}]")
+    return out
 
 
 def _verdict(check: str, case: Case, errors: list[tuple[float, int]], tolerance: float, what: str) -> Result:
@@ -212,18 +218,13 @@ def check_dtype_device(variant, profile):
     for dtype in (torch.float32, torch.float64):
         for case in cases_for(variant):
             module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 10)[0], dtype)
-            with torch.no_grad():
-                out = _call(module, case, q, k, v, mask)
-            expected = (case.batch, case.q_len, case.d_model)
-            problems = []
-            if tuple(out.shape) != expected:
-                problems.append(f"shape {tuple(out.shape)} != {expected}")
-            if out.dtype != dtype:
-                problems.append(f"dtype {out.dtype} != {dtype}")
-            if out.device != q.device:
-                problems.append(f"device {out.device} != {q.device}")
-            yield Result("dtype-device", FAILED if problems else PASSED, f"{case.describe()} {dtype}",
-                         detail="; ".join(problems))
+            try:
+                with torch.no_grad():
+                    module(q, k, v, attn_mask=mask, is_causal=case.causal)
+                problem = ""
+            except VariantOutputError as exc:  # shape, dtype and device are checked on every call
+                problem = str(exc)
+            yield Result("dtype-device", FAILED if problem else PASSED, f"{case.describe()} {dtype}", detail=problem)
 
 
 def check_deterministic(variant, profile):
@@ -240,7 +241,7 @@ def check_large_magnitude(variant, profile):
     for case in cases_for(variant):
         module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 12)[0], torch.float32, scale=1e4)
         with torch.no_grad():
-            out = _call(module, case, q, k, v, mask)
+            out = module(q, k, v, attn_mask=mask, is_causal=case.causal)
         finite = bool(torch.isfinite(out).all())
         yield Result("large-magnitude", PASSED if finite else FAILED, f"{case.describe()} inputs x1e4",
                      detail="" if finite else "non-finite outputs (softmax overflow?)")

@@ -1,0 +1,77 @@
+"""The results store: interrupted runs keep finished jobs, --resume finishes them, concurrent writers."""
+
+import multiprocessing
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from zoo.store import Store
+
+NAMES = ["dot-product", "linear", "windowed"]
+
+
+def _run(out, *extra):
+    args = [sys.executable, "-m", "zoo", "run-all", "--profile", "smoke", "--out", str(out), *extra]
+    for name in NAMES:
+        args += ["--filter", name]
+    return args
+
+
+def test_killed_run_keeps_finished_jobs_and_resume_completes_it(tmp_path):
+    out = tmp_path / "out"
+    process = subprocess.Popen(_run(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    database = out / "results.sqlite"
+    deadline = time.monotonic() + 120
+    finished = set()
+    while time.monotonic() < deadline and len(finished) < 2:
+        time.sleep(0.2)
+        if database.exists():
+            store = Store(database)
+            run = store.latest_run()
+            finished = store.finished_jobs(run) if run else set()
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert 2 <= len(finished) < 9, finished
+    store = Store(database)
+    run = store.latest_run(unfinished=True)
+    before = store.jobs(run).set_index(["variant", "suite"]).seconds
+
+    resumed = subprocess.run(_run(out, "--resume"), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run {run}" in resumed.stderr
+    after = store.jobs(run).set_index(["variant", "suite"]).seconds
+    assert len(after) == 9 and store.latest_run(unfinished=True) is None
+    for key in before.index:  # finished jobs were not redone
+        assert after[key] == before[key]
+    assert (out / "README.md").exists()
+
+
+def _write_many(path, worker):
+    store = Store(path)
+    run = store.start_run({"name": "test"}, {"worker": str(worker)}, f"2026-01-01 00:00:0{worker}")
+    for index in range(40):
+        rows = [{"check": "c", "status": "measured", "value": float(index), "n": index} for _ in range(20)]
+        store.record_job(run, f"v{index}", "s", "done", 0.1, {"plugin": "p"}, rows)
+
+
+def test_concurrent_writers_do_not_corrupt_the_database(tmp_path):
+    path = tmp_path / "results.sqlite"
+    Store(path).runs()  # create the schema once
+    workers = [multiprocessing.Process(target=_write_many, args=(path, w)) for w in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 3 * 40
+        assert db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3 * 40 * 20
+
+
+def test_resume_without_an_unfinished_run_is_a_clear_error(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "zoo", "run-all", "--resume", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--resume: no unfinished run" in out.stderr
