@@ -28,3 +28,16 @@ def test_readme_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text()
     command = re.findall(r"```bash\n(.*?)\n```", readme, re.S)[1]
     assert command.strip() in ci
+
+
+def test_contributing_documents_every_hook_with_its_signature_and_docstring():
+    import inspect
+
+    from zoo import hookspecs
+
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    hooks = [f for name, f in vars(hookspecs).items() if name.startswith("zoo_") and callable(f)]
+    assert hooks
+    for hook in hooks:
+        assert f"### `{hook.__name__}{inspect.signature(hook)}`" in text
+        assert inspect.cleandoc(hook.__doc__) in text

@@ -244,6 +244,54 @@ def cmd_leaderboard(args) -> int:
     return 0
 
 
+def cmd_new(args) -> int:
+    from .scaffold import scaffold
+
+    root = scaffold(args.name, args.dir)
+    print(f"zoo: wrote {root}/ - next: pip install -e '{root}[test]' && python -m pytest {root} && zoo check {args.name}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    """Correctness suite on one plugin: an installed variant's name, a module path, or a .py file."""
+    from .registry import Registry
+    from .testing import check_variant
+
+    target = args.target
+    if target.endswith(".py"):
+        if not Path(target).is_file():
+            raise OptionError(f"TARGET: no such file {target!r}")
+        registry = Registry()
+        registry.load_core()
+        registry.load_file(target)
+        names = [n for record in registry.plugins.values() if record.origin.kind == "file" for n in record.variants]
+    else:
+        registry = _registry(args)
+        if target in registry.variants:
+            names = [target]
+        else:
+            registry = Registry()
+            registry.load_core()
+            registry.load_module(target, "module")
+            names = [n for record in registry.plugins.values() if record.origin.kind == "module" for n in record.variants]
+            if not names and not registry.failures:
+                raise OptionError(f"TARGET {target!r} is neither a variant name nor a module or .py file that registers one")
+    for failure in registry.failures:
+        print(f"zoo: warning: {failure.message()}", file=sys.stderr)
+    if not names:
+        raise OptionError(f"TARGET {target!r} registered no variant")
+    failed = 0
+    for name in names:
+        variant = registry.variant(name)
+        print(f"{name} ({variant.origin.label()}), profile {args.profile}:")
+        for outcome in check_variant(variant, args.profile, registry):
+            mark = {"passed": "ok  ", "skipped": "skip", "failed": "FAIL", "error": "ERR "}[outcome.status]
+            print(f"  {mark} {outcome.describe()}")
+            failed += outcome.status in ("failed", "error")
+    print(f"\n{failed} check(s) failed" if failed else "\nall applicable checks passed")
+    return 1 if failed else 0
+
+
 def cmd_compare(args) -> int:
     from tabulate import tabulate
 
@@ -315,6 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common, run_options], help="like run-all, for the named variants")
     p.add_argument("names", nargs="+", metavar="NAME")
     p.set_defaults(func=cmd_run, filter=None)
+
+    p = sub.add_parser("new", help="scaffold a plugin distribution for a new variant")
+    p.add_argument("name", help="the variant's name, e.g. my-attention")
+    p.add_argument("--dir", help="where to write it (default ./zoo-NAME)")
+    p.set_defaults(func=cmd_new)
+
+    p = sub.add_parser("check", parents=[common], help="run the correctness suite on one plugin and report")
+    p.add_argument("target", help="an installed variant's name, a module path, or a .py file")
+    p.add_argument("--profile", default="quick", help="quick (default) or full (more random cases)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("compare", help="what changed between two runs in the results database")
     p.add_argument("run_a", metavar="RUN_A", help="run id (or a unique prefix): before")

@@ -218,22 +218,27 @@ class Registry:
             self.failures.append(PluginFailure(str(path), "plugins directory", "no such directory"))
             return
         for file in sorted(path.glob("*.py")):
-            if file.name.startswith("_"):
-                continue
-            origin = Origin(plugin=file.stem, kind="file", location=str(file.resolve()))
-            if self._filtered(origin):
-                continue
-            module_name = f"zoo_plugin_file_{file.stem}_{hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:8]}"
-            try:
-                spec = importlib.util.spec_from_file_location(module_name, file)
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[module_name] = module
-                spec.loader.exec_module(module)
-            except Exception as exc:
-                sys.modules.pop(module_name, None)
-                self._fail(origin, f"import raised {type(exc).__name__}: {exc}")
-                continue
-            self.add_plugin(module, origin)
+            if not file.name.startswith("_"):
+                self.load_file(file)
+
+    def load_file(self, file: str | os.PathLike) -> None:
+        """Load one ``.py`` file as a plugin named after the file."""
+        file = Path(file).resolve()
+        name = file.parent.name if file.stem == "__init__" else file.stem  # a package's folder names it
+        origin = Origin(plugin=name, kind="file", location=str(file))
+        if self._filtered(origin):
+            return
+        module_name = f"zoo_plugin_file_{name}_{hashlib.sha1(str(file).encode()).hexdigest()[:8]}"
+        try:
+            spec = importlib.util.spec_from_file_location(module_name, file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            self._fail(origin, f"import raised {type(exc).__name__}: {exc}")
+            return
+        self.add_plugin(module, origin)
 
     def _filtered(self, origin: Origin) -> bool:
         if self.pm.is_blocked(origin.plugin):

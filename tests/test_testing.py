@@ -1,0 +1,60 @@
+"""zoo.testing for plugin authors: check_variant reports, parametrize_with_checks in their pytest."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import zoo
+from zoo.testing import check_variant, parametrize_with_checks
+
+from conftest import good_plugin
+
+
+@parametrize_with_checks(["windowed", "linear"])
+def test_builtins_conform(variant, check):
+    check(variant)
+
+
+def test_check_variant_reports_skips_with_reasons(registry):
+    outcomes = {o.check: o for o in check_variant("windowed", "smoke", registry)}
+    assert outcomes["key-permutation"].status == "skipped" and "key_order_invariant" in outcomes["key-permutation"].reason
+    assert outcomes["reference-float64"].status == "passed"
+
+
+def test_expected_failures_become_strict_xfails_with_readable_ids(tmp_path):
+    (tmp_path / "leaky.py").write_text(good_plugin("leaky").replace("attn_mask, is_causal))", "attn_mask, False))"))
+    (tmp_path / "test_leaky.py").write_text(textwrap.dedent(f'''
+        from zoo.registry import load_registry
+        from zoo.testing import parametrize_with_checks
+
+        registry = load_registry([{str(tmp_path)!r}])
+
+        IGNORES_CAUSAL = "ignores is_causal"
+
+        @parametrize_with_checks(["leaky"], profile="smoke", registry=registry, expected_failures={{
+            "causal-leak": IGNORES_CAUSAL, "reference-float64": IGNORES_CAUSAL, "reference-float32": IGNORES_CAUSAL}})
+        def test_conformance(variant, check):
+            check(variant)
+    '''))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rxX", str(tmp_path / "test_leaky.py")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert "XFAIL" in out.stdout and "test_conformance[leaky-causal-leak]" in out.stdout, out.stdout
+    assert " failed" not in out.stdout and out.returncode == 0, out.stdout
+
+
+def test_zoo_check_reports_the_smallest_failing_case(tmp_path):
+    plugin = tmp_path / "leaky.py"
+    plugin.write_text(good_plugin("leaky").replace("attn_mask, is_causal))", "attn_mask, False))"))
+    out = subprocess.run([sys.executable, "-m", "zoo", "check", str(plugin)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    line = next(l for l in out.stdout.splitlines() if "causal-leak" in l)
+    assert "FAIL" in line and "smallest: [batch=2 q_len=10" in line and "future tokens" in line
+    reference = next(l for l in out.stdout.splitlines() if "reference-float64" in l)
+    assert "smallest: [batch=2 q_len=11 k_len=11" in reference and "causal" in reference
+
+
+def test_expected_failures_must_name_real_checks():
+    with pytest.raises(ValueError, match="unknown checks"):
+        parametrize_with_checks(["linear"], expected_failures={"no-such-check": "why"})

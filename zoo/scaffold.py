@@ -1,0 +1,127 @@
+"""`zoo new NAME`: a plugin distribution that installs, lists, passes its conformance tests and runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from string import Template
+
+from .contract import NAME_PATTERN, OptionError
+
+PYPROJECT = Template('''[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "zoo-$name"
+version = "0.1.0"
+description = "$name: an attention variant for the attention zoo."
+requires-python = ">=3.10"
+dependencies = ["attention-zoo"]
+
+[project.optional-dependencies]
+test = ["pytest"]
+
+# This entry point is what makes `zoo` find the plugin once the distribution is installed.
+[project.entry-points.zoo]
+$name = "$module"
+
+[tool.setuptools]
+packages = ["$module"]
+''')
+
+MODULE = Template('''"""$name: scaled dot-product attention with a temperature, as a starting point.
+
+Replace the math in ``forward`` and ``reference`` with your variant's, keep them independent of each
+other, and declare honestly what it supports in ``tags`` and what it costs in ``complexity``.
+"""
+
+from torch import nn
+
+import zoo
+from zoo.functional import masked_sdpa, merge_heads, split_heads
+from zoo.reference import reference_mask, softmax_attention
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, temperature: float = 1.0):
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {temperature!r}")
+        self.num_heads, self.temperature = num_heads, temperature
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        h = self.num_heads
+        q, k, v = (split_heads(x, h) for x in (query / self.temperature, key, value))
+        return merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal))
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    """The same math in float64: slow, explicit, sharing nothing with the fast path."""
+    h = module.num_heads
+    q, k, v = (x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query / module.temperature, key, value))
+    mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
+    return softmax_attention(q, k, v, mask).transpose(1, 2).flatten(2)
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(
+        name="$name",
+        summary="Scaled dot-product attention with a temperature (scaffolded by zoo new).",
+        family="softmax",
+        citation="Your name, year, title",
+        factory=Attention,
+        reference=reference,
+        tags=zoo.Tags(),
+        complexity=zoo.Complexity(time=2, memory=1),
+        options={"temperature": 1.0},
+    ))
+''')
+
+TESTS = Template('''"""The zoo's conformance suite, one pytest test per applicable check."""
+
+from zoo.testing import parametrize_with_checks
+
+
+# Name a check here with the reason if your variant is expected to fail it, e.g.
+# expected_failures={"key-permutation": "positional by design"}.
+@parametrize_with_checks(["$name"], expected_failures={})
+def test_conformance(variant, check):
+    check(variant)
+''')
+
+README = Template('''# zoo-$name
+
+An attention variant for the attention zoo.
+
+```bash
+pip install -e '.[test]'         # registers the entry point: `zoo list` shows $name
+python -m pytest                 # the zoo's conformance suite on $name
+zoo check $name                  # the same checks as a readable report
+zoo run-all --filter $name       # a leaderboard row (./leaderboard)
+```
+''')
+
+
+def scaffold(name: str, directory: str | Path | None = None) -> Path:
+    """Write the plugin distribution for variant ``name``; return its folder."""
+    if not NAME_PATTERN.match(name):
+        raise OptionError(f"NAME {name!r} must be lower-case words joined by '-' or '_' (e.g. my-attention)")
+    root = Path(directory) if directory else Path(f"zoo-{name}")
+    if root.exists() and any(root.iterdir()):
+        raise OptionError(f"--dir: {str(root)!r} exists and is not empty")
+    module = "zoo_" + name.replace("-", "_")
+    values = {"name": name, "module": module}
+    files = {
+        root / "pyproject.toml": PYPROJECT,
+        root / module / "__init__.py": MODULE,
+        root / "tests" / "test_conformance.py": TESTS,
+        root / "README.md": README,
+    }
+    try:
+        for path, template in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(template.substitute(values))
+    except OSError as exc:
+        raise OptionError(f"--dir: cannot write to {str(root)!r} ({exc.strerror or exc})") from None
+    return root

@@ -1,0 +1,146 @@
+"""The conformance suite for plugin authors' own pytest suites (in the spirit of scikit-learn's
+``parametrize_with_checks``)::
+
+    from zoo.testing import parametrize_with_checks
+
+    @parametrize_with_checks(["my-attention"], expected_failures={"key-permutation": "ALiBi is positional"})
+    def test_conformance(variant, check):
+        check(variant)
+
+Each applicable correctness check becomes its own test with a readable id (``my-attention-gradcheck``);
+checks the variant's tags rule out are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from .checks import ERROR, FAILED, PASSED, SKIPPED, Check, Result
+from .contract import Variant
+from .profiles import PROFILES, Profile, get_profile
+
+SUITE = "correctness"
+
+
+@dataclass
+class CheckOutcome:
+    """One check's verdict on one variant: its rows, and for a failure the smallest failing case."""
+
+    check: str
+    status: str
+    rows: list[Result] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def smallest_failure(self) -> Result | None:
+        failures = [r for r in self.rows if r.status in (FAILED, ERROR)]
+        return min(failures, key=lambda r: _case_size(r.setting)) if failures else None
+
+    def describe(self) -> str:
+        if self.status == SKIPPED:
+            return f"{self.check}: skipped ({self.reason})"
+        if self.status == PASSED:
+            return f"{self.check}: passed ({sum(r.status == PASSED for r in self.rows)} cases)"
+        worst = self.smallest_failure
+        failed = sum(r.status in (FAILED, ERROR) for r in self.rows)
+        value = f", value {worst.value:.3g} {worst.unit}" if worst.value is not None else ""
+        return (f"{self.check}: {self.status} in {failed} of {len(self.rows)} cases; smallest: "
+                f"[{worst.setting or 'no setting'}] {worst.detail}{value}")
+
+
+def _case_size(setting: str) -> int:
+    """batch * q_len * k_len * d_model read from a case description (large when absent)."""
+    numbers = dict(re.findall(r"(batch|q_len|k_len|d_model)=(\d+)", setting))
+    if not numbers:
+        return 1 << 62
+    size = 1
+    for key in ("batch", "q_len", "k_len", "d_model"):
+        size *= int(numbers.get(key, 1))
+    return size
+
+
+def _resolve(variant: Variant | str, registry=None) -> Variant:
+    if isinstance(variant, Variant):
+        return variant
+    from .api import default_registry
+
+    return (registry or default_registry()).variant(variant)
+
+
+def run_check(check: Check, variant: Variant, profile: Profile) -> CheckOutcome:
+    reason = check.applies(variant.tags)
+    if reason:
+        return CheckOutcome(check.name, SKIPPED, reason=reason)
+    rows: list[Result] = []
+    try:
+        rows.extend(check.run(variant, profile))
+    except Exception as exc:  # an exception in the variant is that check's error, not the suite's
+        from .worker import describe_exception
+
+        rows.append(Result(check.name, ERROR, detail=describe_exception(exc)))
+    statuses = {r.status for r in rows}
+    if statuses == {SKIPPED}:  # e.g. no baselines declared: nothing was checked
+        return CheckOutcome(check.name, SKIPPED, rows, reason="; ".join(sorted({r.detail for r in rows})))
+    status = ERROR if ERROR in statuses else FAILED if FAILED in statuses else PASSED
+    return CheckOutcome(check.name, status, rows)
+
+
+def correctness_checks(registry=None) -> list[Check]:
+    from .api import default_registry
+
+    return (registry or default_registry()).checks_for(SUITE)
+
+
+def check_variant(variant: Variant | str, profile: str | Profile = "quick", registry=None) -> list[CheckOutcome]:
+    """Run every correctness check on one variant (a name or a :class:`zoo.Variant`)."""
+    profile = get_profile(profile) if isinstance(profile, str) else profile
+    resolved = _resolve(variant, registry)
+    return [run_check(check, resolved, profile) for check in correctness_checks(registry)]
+
+
+class _BoundCheck:
+    """What a parametrized test receives as ``check``: call it with the variant."""
+
+    def __init__(self, check: Check, profile: Profile) -> None:
+        self.check, self.profile = check, profile
+
+    def __call__(self, variant: Variant) -> CheckOutcome:
+        import pytest
+
+        outcome = run_check(self.check, variant, self.profile)
+        if outcome.status == SKIPPED:
+            pytest.skip(outcome.reason)
+        if outcome.status != PASSED:
+            pytest.fail(outcome.describe(), pytrace=False)
+        return outcome
+
+    def __repr__(self) -> str:
+        return self.check.name
+
+
+def parametrize_with_checks(variants: Iterable[Variant | str], expected_failures: Mapping[str, str] | None = None,
+                            profile: str = "quick", registry=None):
+    """A ``pytest.mark.parametrize`` over (variant, check) for every correctness check.
+
+    ``expected_failures`` maps a check name to the reason it is expected to fail for these variants;
+    those tests are marked ``xfail(strict=True)`` so a fix is noticed too.
+    """
+    import pytest
+
+    expected_failures = dict(expected_failures or {})
+    resolved = [_resolve(v, registry) for v in variants]
+    checks = correctness_checks(registry)
+    unknown = sorted(set(expected_failures) - {c.name for c in checks})
+    if unknown:
+        raise ValueError(f"expected_failures names unknown checks {unknown}; known: {[c.name for c in checks]}")
+    chosen = PROFILES[profile] if isinstance(profile, str) else profile
+    params = []
+    for variant in resolved:
+        for check in checks:
+            marks = ()
+            if check.name in expected_failures:
+                marks = (pytest.mark.xfail(reason=expected_failures[check.name], strict=True),)
+            params.append(pytest.param(variant, _BoundCheck(check, chosen), id=f"{variant.name}-{check.name}", marks=marks))
+    return pytest.mark.parametrize("variant, check", params)
