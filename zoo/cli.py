@@ -14,6 +14,7 @@ from pathlib import Path
 from .contract import OptionError, ZooError
 
 DEFAULT_OUT = "leaderboard"
+_BUILTIN_SUITES = ("correctness", "complexity", "speed", "quality")  # profiles choose among these
 DATABASE = "results.sqlite"
 
 
@@ -118,7 +119,7 @@ def cmd_run(args) -> int:
     registry = _registry(args)
     names = _select(registry, args)
     _check_variant_settings(registry, names, profile)
-    suites = args.suite or registry.suites()
+    suites = args.suite or [s for s in registry.suites() if s in profile.default_suites or s not in _BUILTIN_SUITES]
     unknown = [s for s in suites if s not in registry.suites()]
     if unknown:
         raise OptionError(f"--suite: unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(registry.suites())})")
@@ -224,7 +225,8 @@ def _summary(store, run_id) -> None:
         verdicts = mine[mine.check.isin(["flops-exponent", "memory-exponent"])].status
         claims = "violated" if (verdicts == "failed").any() else ("hold" if (verdicts == "passed").any() else "-")
         ratio = ref[ref.variant == variant].value
-        ok = "passed" if not failing.get(variant) else f"FAILED ({len(failing[variant])})"
+        ran = (mine.suite == "correctness").any()
+        ok = "not run" if not ran else "passed" if not failing.get(variant) else f"FAILED ({len(failing[variant])})"
         print(f"{variant:<15} {ok:<20} {claims:<20} {f'{ratio.iloc[0]:.3g}x' if not ratio.empty else 'not timed there'}")
 
 

@@ -80,6 +80,8 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
         ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(written[0], index=False)
     plots = _plots(results, out_dir)
+    trade_off = _quality_plot(results, store.settings(run_id).get("reference_length"), out_dir)
+    plots += [trade_off] if trade_off else []
     written += plots
     readme = out_dir / "README.md"
     readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots))
@@ -137,6 +139,7 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
     lines += ["## Capabilities", "", _capabilities(cards, variants), ""]
     lines += _complexity_section(results, cards, variants, settings)
     lines += _speed_section(results, variants, reference_n)
+    lines += _quality_section(results, variants)
     lines += _targets_section(results, cards, variants)
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -277,6 +280,71 @@ def _targets_section(results, cards, variants) -> list[str]:
             "Declared by each plugin (`zoo.Target`) and judged here against this run's rows. "
             "Lengths beyond the profile's ladder are not measured: run `--profile full` for those.", "",
             _table(pd.DataFrame(rows)), ""]
+
+
+def _quality_section(results, variants) -> list[str]:
+    quality = results[(results.suite == "quality") & (results.check == "accuracy")]
+    if quality.empty:
+        return ["## Quality", "", "_Not in this run: `zoo run-all --suite quality` (or `--profile full`) trains "
+                "every variant on the synthetic tasks._", ""]
+    tasks = list(dict.fromkeys(quality.setting))
+    rows = []
+    for variant in variants:
+        mine = quality[quality.variant == variant]
+        if mine.empty:
+            continue
+        row = {"variant": variant}
+        for task in tasks:
+            hit = mine[mine.setting == task]
+            if hit.empty:
+                row[task] = ""
+            elif hit.status.iloc[0] == "skipped":
+                row[task] = f"skipped: {hit.detail.iloc[0]}"
+            else:
+                spread = hit.detail.iloc[0].split(" (")[0]
+                row[task] = f"{hit.value.iloc[0]:.3f} {spread}"
+        rows.append(row)
+    chance = {task: quality[quality.setting == task].detail.str.extract(r"chance ([0-9.]+)")[0].dropna() for task in tasks}
+    rows.append({"variant": "(chance)", **{t: c.iloc[0] if not c.empty else "" for t, c in chance.items()}})
+    hp = results[(results.suite == "quality") & (results.check == "hyper-parameters")].detail
+    return ["## Quality", "",
+            "Accuracy on fresh examples after training with the same budget and hyper-parameters "
+            f"({hp.iloc[0] if not hp.empty else 'see results.csv'}); mean ± std over seeds.", "",
+            _table(pd.DataFrame(rows)), ""]
+
+
+def _quality_plot(results: pd.DataFrame, reference_n, out_dir: Path) -> Path | None:
+    """Mean accuracy over tasks against speed, one point per variant: the trade-off at a glance."""
+    quality = results[(results.suite == "quality") & (results.check == "accuracy")].dropna(subset=["value"])
+    if quality.empty:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    accuracy = quality.groupby("variant").value.mean()
+    speed = results[(results.check == RANK_CHECK) & (results["mode"] == RANK_MODE) & (results.phase == RANK_PHASE)
+                    & (results.n == reference_n)].set_index("variant").value
+    if speed.reindex(accuracy.index).notna().any():
+        x, label = speed.reindex(accuracy.index), f"forward+backward time / torch SDPA at n={reference_n} (lower is faster)"
+    else:
+        x = results[(results.suite == "quality") & (results.check == "train-seconds")].groupby("variant").value.sum()
+        x, label = x.reindex(accuracy.index), "training seconds over all tasks (lower is faster)"
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for variant in accuracy.index:
+        if pd.notna(x.get(variant)):
+            ax.scatter(x[variant], accuracy[variant])
+            ax.annotate(variant, (x[variant], accuracy[variant]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel(label)
+    ax.set_ylabel("mean accuracy over the quality tasks")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path = out_dir / "accuracy-vs-speed.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:

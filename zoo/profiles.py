@@ -35,6 +35,11 @@ class Profile:
     # a callable stops climbing the speed ladder when its next call is predicted to take longer than this
     call_budget_seconds: float = 0.3
     reference_length: int = 1024  # the leaderboard ranks by fwd+bwd x SDPA at this n
+    # quality: training budget per task (not among the quick profile's default suites)
+    quality_steps: int = 300
+    quality_seeds: int = 2
+    quality_task_budget_seconds: float = 60.0
+    default_suites: tuple[str, ...] = ("correctness", "complexity", "speed")
     # variant option defaults for this run (--option KEY=VALUE), applied to variants that have the option
     variant_options: dict = field(default_factory=dict)
 
@@ -64,6 +69,10 @@ PROFILES = {
         call_budget_seconds=20.0,
         complexity_budget_seconds=20.0,
         reference_length=4096,
+        quality_steps=600,
+        quality_seeds=3,
+        quality_task_budget_seconds=600.0,
+        default_suites=("correctness", "complexity", "speed", "quality"),
     ),
 }
 
@@ -72,7 +81,7 @@ PROFILES = {
 PROFILES["smoke"] = Profile(
     name="smoke", cases=1, complexity_lengths=(64, 128, 256), complexity_budget_seconds=1.0,
     speed_d_model=64, speed_heads=2, speed_lengths=(64, 128, 256), repeats=2, round_seconds=0.005,
-    call_budget_seconds=0.2, reference_length=256,
+    call_budget_seconds=0.2, reference_length=256, quality_steps=20, quality_seeds=1, quality_task_budget_seconds=20.0,
 )
 
 

@@ -1,0 +1,63 @@
+"""The quality suite: blocks that take any variant, seeded tasks, and what the tasks separate."""
+
+import pytest
+import torch
+
+from zoo.blocks import SequenceModel, TransformerBlock, VisionTransformer
+from zoo.contract import VariantInputError
+from zoo.profiles import PROFILES
+from zoo.suites.quality import hyper_parameters, run_quality, train
+from zoo.tasks import associative_recall, copy_from, default_tasks, shapes
+
+HP = hyper_parameters(PROFILES["quick"])
+
+
+def test_blocks_take_any_variant_and_give_the_right_shapes(registry):
+    for name in registry.list_variants():
+        variant = registry.variant(name)
+        model = SequenceModel(variant, vocab=10, classes=3, d_model=16, num_heads=2, layers=1, max_len=32)
+        assert model(torch.randint(10, (2, 12))).shape == (2, 12, 3)
+    vit = VisionTransformer(registry.variant("linear"), image_size=8, patch_size=4, channels=1, classes=5, d_model=16)
+    assert vit(torch.randn(3, 1, 8, 8)).shape == (3, 5)
+
+
+def test_cross_attention_block_needs_the_capability(registry):
+    block = TransformerBlock(registry.variant("cross"), 16, 2, cross=True)
+    assert block(torch.randn(2, 5, 16), context=torch.randn(2, 9, 16)).shape == (2, 5, 16)
+    with pytest.raises(VariantInputError, match="'windowed'.*allows_different_lengths"):
+        TransformerBlock(registry.variant("windowed"), 16, 2, cross=True)
+
+
+def test_tasks_are_reproducible_from_the_seed():
+    for task in default_tasks():
+        a = task.make(torch.Generator().manual_seed(3), 4)
+        b = task.make(torch.Generator().manual_seed(3), 4)
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_exact_attention_solves_associative_recall_reproducibly(registry):
+    task = associative_recall()
+    first = train(registry.variant("dot-product"), task, HP, seed=0, budget_seconds=120)
+    second = train(registry.variant("dot-product"), task, HP, seed=0, budget_seconds=120)
+    assert first[0] > 8 * task.chance  # chance is 1/16
+    assert first[0] == second[0]
+
+
+def test_windowed_fails_the_long_range_copy_and_solves_the_local_one(registry):
+    long_copy, local_copy = copy_from(136, 144), copy_from(8, 144)
+    far, _ = train(registry.variant("windowed"), long_copy, HP, seed=0, budget_seconds=300)
+    near, _ = train(registry.variant("windowed"), local_copy, HP, seed=0, budget_seconds=300)
+    assert far < 2 * long_copy.chance and near > 0.9
+
+
+def test_suite_rows_state_hyper_parameters_and_skip_over_budget(registry):
+    smoke = PROFILES["smoke"].with_overrides(quality_task_budget_seconds=1e-6)
+    rows = list(run_quality(registry.variant("dot-product"), smoke))
+    assert rows[0].check == "hyper-parameters" and "lr=0.003" in rows[0].detail
+    skipped = [r for r in rows if r.status == "skipped"]
+    assert len(skipped) == len(default_tasks()) and all("budget" in r.detail for r in skipped)
+
+
+def test_shapes_task_labels_match_the_stamped_shape():
+    images, labels = shapes().make(torch.Generator().manual_seed(0), 8)
+    assert images.shape == (8, 1, 16, 16) and set(labels.tolist()) <= {0, 1, 2}

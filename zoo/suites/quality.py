@@ -1,0 +1,99 @@
+"""Quality suite: what a variant can learn. Every variant is trained with the same budget and
+hyper-parameters on synthetic tasks, over a few seeds; accuracy on fresh examples is reported.
+
+Not part of the quick profile's default suites (it takes minutes); run it with ``--suite quality``
+or the full profile.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import zoo
+from zoo.blocks import SequenceModel, VisionTransformer
+from zoo.checks import MEASURED, SKIPPED, Check, Result
+from zoo.tasks import IGNORE, Task, default_tasks
+
+SUITE = "quality"
+EVAL_EXAMPLES = 512
+EVAL_SEED = 10_000
+
+
+def hyper_parameters(profile) -> dict:
+    return {"d_model": 64, "heads": 4, "layers": 1, "batch": 32, "steps": profile.quality_steps,
+            "optimizer": "AdamW", "lr": 3e-3, "weight_decay": 0.01}
+
+
+def make_model(variant, task: Task, hp: dict) -> torch.nn.Module:
+    size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"])
+    if task.kind == "image":
+        return VisionTransformer(variant, image_size=16, patch_size=4, channels=1, classes=task.classes, **size)
+    return SequenceModel(variant, vocab=task.vocab, classes=task.classes, max_len=task.length, **size)
+
+
+def _loss(model, inputs, targets):
+    logits = model(inputs)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE)
+
+
+@torch.no_grad()
+def accuracy(model, task: Task) -> float:
+    model.eval()
+    inputs, targets = task.make(torch.Generator().manual_seed(EVAL_SEED), EVAL_EXAMPLES)
+    predictions = model(inputs).argmax(dim=-1)
+    asked = targets != IGNORE
+    model.train()
+    return float((predictions[asked] == targets[asked]).float().mean())
+
+
+def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float) -> tuple[float, float] | str:
+    """(accuracy, seconds) after ``hp['steps']`` steps, or the reason it was not trained."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    model = make_model(variant, task, hp)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+    started = time.perf_counter()
+    for step in range(hp["steps"]):
+        inputs, targets = task.make(generator, hp["batch"])
+        optimizer.zero_grad(set_to_none=True)
+        _loss(model, inputs, targets).backward()
+        optimizer.step()
+        if step == 2:
+            predicted = (time.perf_counter() - started) / 3 * hp["steps"]
+            if predicted > budget_seconds:
+                return f"predicted {predicted:.0f} s to train, over the {budget_seconds:g} s budget per task"
+    return accuracy(model, task), time.perf_counter() - started
+
+
+def run_quality(variant, profile):
+    torch.set_num_threads(profile.threads)
+    hp = hyper_parameters(profile)
+    yield Result("hyper-parameters", MEASURED,
+                 detail=", ".join(f"{k}={v}" for k, v in hp.items()) + f"; seeds={profile.quality_seeds}")
+    for task in default_tasks():
+        scores, seconds = [], []
+        for seed in range(profile.seed, profile.seed + profile.quality_seeds):
+            outcome = train(variant, task, hp, seed, profile.quality_task_budget_seconds)
+            if isinstance(outcome, str):
+                yield Result("accuracy", SKIPPED, task.name, detail=outcome)
+                break
+            scores.append(outcome[0])
+            seconds.append(outcome[1])
+            yield Result("accuracy-seed", MEASURED, f"{task.name} seed={seed}", outcome[0], "fraction")
+        if not scores:
+            continue
+        spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        yield Result("accuracy", MEASURED, task.name, statistics.mean(scores), "fraction",
+                     f"± {spread:.3f} (std over {len(scores)} seeds); chance {task.chance:.3f}; {task.summary}")
+        yield Result("train-seconds", MEASURED, task.name, statistics.mean(seconds), "s",
+                     f"mean over {len(seconds)} seeds of {hp['steps']} steps")
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(Check("quality", SUITE, "accuracy on synthetic tasks (associative recall, long/local copy, shapes)",
+                   run_quality))
