@@ -66,6 +66,10 @@ def test_plugins_lists_sources_and_failures(write_plugin):
     (["--suite", "nope"], "--suite: unknown suite 'nope'"),
     (["--device", "tpu"], "--device: expected cpu or cuda"),
     (["--out", "/proc/forbidden"], "--out: cannot write"),
+    (["--lengths", "0,512"], "--lengths: lengths must be positive"),
+    (["--option", "windw=3"], "--option: no selected variant has an option 'windw'"),
+    (["--filter", "windowed", "--option", "window=0"], "window must be a positive integer, got 0"),
+    (["--d-model", "100", "--heads", "3"], "--d-model 100 is not divisible by --heads 3"),
 ])
 def test_bad_run_options_get_one_clear_line_and_status_2(tmp_path, args, message):
     if "--out" not in args:

@@ -102,7 +102,7 @@ def cmd_run(args) -> int:
     from .environment import fingerprint
     from .leaderboard import render
     from .profiles import Profile, get_profile
-    from .runner import RunOptions, _now, default_memory_limit, execute, plan_jobs
+    from .runner import RunOptions, default_memory_limit, execute, now, plan_jobs
     from .store import Store
 
     profile = get_profile(args.profile)
@@ -113,8 +113,11 @@ def cmd_run(args) -> int:
 
         if not torch.cuda.is_available():
             raise OptionError("--device cuda: no CUDA device is available on this machine")
+    lengths = _parse_lengths(args.lengths)
     profile = profile.with_overrides(threads=args.threads, device=args.device, speed_d_model=args.d_model,
-                                     speed_heads=args.heads, variant_options=_parse_options(args.option))
+                                     speed_heads=args.heads, variant_options=_parse_options(args.option),
+                                     repeats=args.repeats, speed_lengths=lengths, complexity_lengths=lengths,
+                                     reference_length=max(lengths) if lengths and profile.reference_length not in lengths else None)
     out = _writable_dir(args.out)
     registry = _registry(args)
     names = _select(registry, args)
@@ -131,18 +134,21 @@ def cmd_run(args) -> int:
     if run_id is not None:
         profile = Profile.from_dict(store.settings(run_id))  # a resumed run keeps its own settings
     if run_id is None:
-        run_id = store.start_run(profile.as_dict(), fingerprint(profile, args.device), _now())
-    jobs = plan_jobs(registry, names, suites)
+        environment = {**fingerprint(profile, args.device), "command": " ".join(["zoo", *sys.argv[1:]])}
+        run_id = store.start_run(profile.as_dict(), environment, now())
+    jobs = plan_jobs(names, suites)
     finished = store.finished_jobs(run_id)
     todo = [job for job in jobs if (job.variant, job.suite) not in finished]
     print(f"zoo: run {run_id}: {len(todo)} jobs ({len(jobs) - len(todo)} already done), profile {profile.name}, "
           f"{profile.threads} threads, results in {out / DATABASE}", file=sys.stderr)
     options = RunOptions(
-        profile=profile, plugins_dirs=[str(Path(p).resolve()) for p in args.plugins_dir],
-        timeout_seconds=args.timeout, memory_limit_bytes=int(args.memory_limit * 2 ** 30) if args.memory_limit else default_memory_limit(),
+        profile=profile,
+        timeout_seconds=args.timeout or profile.variant_timeout_seconds,
+        plugins_dirs=[str(Path(p).resolve()) for p in args.plugins_dir],
+        memory_limit_bytes=int(args.memory_limit * 2 ** 30) if args.memory_limit else default_memory_limit(),
     )
     execute(registry, store, run_id, todo, options, progress=_progress_printer(sys.stderr))
-    store.finish_run(run_id, _now())
+    store.finish_run(run_id, now())
     paths = render(store, run_id, out)
     _summary(store, run_id)
     print(f"zoo: leaderboard written to {paths[0]}", file=sys.stderr)
@@ -163,6 +169,19 @@ def _parse_options(pairs: list[str] | None) -> dict | None:
         except json.JSONDecodeError:
             options[key] = text
     return options
+
+
+def _parse_lengths(text: str | None) -> tuple[int, ...] | None:
+    """--lengths 1024,4096: the sequence lengths both ladders climb, instead of the profile's."""
+    if not text:
+        return None
+    try:
+        lengths = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise OptionError(f"--lengths: expected comma-separated integers, got {text!r}") from None
+    if not lengths or lengths[0] <= 0:
+        raise OptionError(f"--lengths: lengths must be positive, got {text!r}")
+    return lengths
 
 
 def _check_variant_settings(registry, names: list[str], profile) -> None:
@@ -351,10 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_options.add_argument("--threads", type=_positive(int), help="torch threads (default: the profile's, 2)")
     run_options.add_argument("--d-model", type=_positive(int), help="model width of the timed shapes (default 512)")
     run_options.add_argument("--heads", type=_positive(int), help="heads of the timed shapes (default 8)")
+    run_options.add_argument("--lengths", metavar="N,N,...", help="sequence lengths for the ladders (default: the profile's)")
+    run_options.add_argument("--repeats", type=_positive(int), help="timing rounds per measurement (default: the profile's)")
     run_options.add_argument("--option", action="append", metavar="KEY=VALUE",
                              help="a variant option for this run, e.g. window=64 (repeatable)")
-    run_options.add_argument("--timeout", type=_positive(float), default=900.0,
-                             help="seconds per variant before its worker is stopped (default 900)")
+    run_options.add_argument("--timeout", type=_positive(float),
+                             help="seconds per variant before its worker is stopped (default: the profile's; quick 900)")
     run_options.add_argument("--memory-limit", type=_positive(float), metavar="GIB",
                              help="address-space cap per worker in GiB (default: 80%% of physical memory)")
 

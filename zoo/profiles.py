@@ -40,6 +40,8 @@ class Profile:
     quality_seeds: int = 2
     quality_task_budget_seconds: float = 60.0
     default_suites: tuple[str, ...] = ("correctness", "complexity", "speed")
+    # a variant's worker is stopped after this long (--timeout overrides)
+    variant_timeout_seconds: float = 900.0
     # variant option defaults for this run (--option KEY=VALUE), applied to variants that have the option
     variant_options: dict = field(default_factory=dict)
 
@@ -73,6 +75,7 @@ PROFILES = {
         quality_seeds=3,
         quality_task_budget_seconds=600.0,
         default_suites=("correctness", "complexity", "speed", "quality"),
+        variant_timeout_seconds=4 * 3600.0,
     ),
 }
 

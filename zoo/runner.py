@@ -44,12 +44,12 @@ class Job:
 @dataclass
 class RunOptions:
     profile: Profile
+    timeout_seconds: float
     plugins_dirs: list[str] = field(default_factory=list)
-    timeout_seconds: float = 900.0
     memory_limit_bytes: int | None = None
 
 
-def _now() -> str:
+def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -191,7 +191,7 @@ def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_p
     return f"worker exited with status {returncode}" + (f"; last output: {last[:300]}" if last else "")
 
 
-def plan_jobs(registry: Registry, variants: list[str], suites: list[str]) -> list[Job]:
+def plan_jobs(variants: list[str], suites: list[str]) -> list[Job]:
     return [Job(variant, suite) for variant in variants for suite in suites]
 
 
