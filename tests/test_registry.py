@@ -1,7 +1,6 @@
 """Registry behaviour with real plugins: files, an entry point of a small distribution, and bad plugins."""
 
 import sys
-import textwrap
 
 import pytest
 

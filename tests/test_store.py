@@ -75,3 +75,26 @@ def test_resume_without_an_unfinished_run_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "zoo", "run-all", "--resume", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--resume: no unfinished run" in out.stderr
+
+
+def test_runs_from_several_machines_merge_and_render_one_leaderboard_per_device(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    here, there = Store(tmp_path / "a" / "results.sqlite"), Store(tmp_path / "b" / "results.sqlite")
+    for store, environment in ((here, {"device": "cpu", "cpu": "AMD EPYC"}), (there, {"device": "cuda (NVIDIA H200)"})):
+        run = store.start_run({"name": "quick", "reference_length": 64}, environment, "2026-01-01 00:00:00")
+        store.record_job(run, "dot-product", "correctness", "done", 0.1, {"plugin": "dot_product", "card": {}},
+                         [{"check": "reference-float64", "status": "passed", "setting": "s"}])
+    merged = subprocess.run([sys.executable, "-m", "zoo", "merge", str(tmp_path / "b" / "results.sqlite"),
+                             "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
+    assert merged.returncode == 0 and "merged 1 run" in merged.stderr
+    assert len(here.runs()) == 2
+    again = subprocess.run([sys.executable, "-m", "zoo", "merge", str(tmp_path / "b" / "results.sqlite"),
+                            "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
+    assert "merged 0 run" in again.stderr and len(here.runs()) == 2
+    rendered = subprocess.run([sys.executable, "-m", "zoo", "leaderboard", "--by", "device", "--out", str(tmp_path / "a")],
+                              capture_output=True, text=True, timeout=120)
+    assert rendered.returncode == 0, rendered.stderr
+    index = (tmp_path / "a" / "by-device" / "README.md").read_text()
+    assert "cpu: AMD EPYC" in index and "cuda (NVIDIA H200)" in index
+    assert len(list((tmp_path / "a" / "by-device").glob("*/README.md"))) == 2

@@ -131,15 +131,17 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
     if unranked:
         lines += ["### Not ranked: failing correctness checks", ""]
         for row in unranked:
-            reasons = failing[row["variant"]]
-            lines.append(f"- **{cell(row['variant'])}** ({len(reasons)} failing): "
-                         + "; ".join(cell(r) for r in reasons[:5]) + (" ..." if len(reasons) > 5 else ""))
+            by_check: dict[str, list[str]] = {}
+            for reason in failing[row["variant"]]:
+                by_check.setdefault(reason.split(":", 1)[0], []).append(reason.split(": ", 1)[1])
+            lines.append(f"- **{cell(row['variant'])}**, {len(by_check)} failing check(s):")
+            lines += [f"  - {cell(check)} ({len(details)} case(s)), e.g. {cell(details[0])}" for check, details in by_check.items()]
         lines.append("")
     lines += _correctness_section(results, variants)
     lines += ["## Capabilities", "", _capabilities(cards, variants), ""]
     lines += _complexity_section(results, cards, variants, settings)
     lines += _speed_section(results, variants, reference_n)
-    lines += _quality_section(results, variants)
+    lines += _quality_section(results, variants, reference_n)
     lines += _targets_section(results, cards, variants)
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -282,7 +284,7 @@ def _targets_section(results, cards, variants) -> list[str]:
             _table(pd.DataFrame(rows)), ""]
 
 
-def _quality_section(results, variants) -> list[str]:
+def _quality_section(results, variants, reference_n) -> list[str]:
     quality = results[(results.suite == "quality") & (results.check == "accuracy")]
     if quality.empty:
         return ["## Quality", "", "_Not in this run: `zoo run-all --suite quality` (or `--profile full`) trains "
@@ -307,9 +309,14 @@ def _quality_section(results, variants) -> list[str]:
     chance = {task: quality[quality.setting == task].detail.str.extract(r"chance ([0-9.]+)")[0].dropna() for task in tasks}
     rows.append({"variant": "(chance)", **{t: c.iloc[0] if not c.empty else "" for t, c in chance.items()}})
     hp = results[(results.suite == "quality") & (results.check == "hyper-parameters")].detail
+    timed = set(results[(results.check == RANK_CHECK) & (results["mode"] == RANK_MODE) & (results.phase == RANK_PHASE)
+                        & (results.n == reference_n)].variant)
+    absent = sorted(set(quality.variant) - timed) if timed else []
+    plot_note = (f" The accuracy-versus-speed plot leaves out {', '.join(absent)}: not timed at n = {reference_n}."
+                 if absent else "")
     return ["## Quality", "",
             "Accuracy on fresh examples after training with the same budget and hyper-parameters "
-            f"({hp.iloc[0] if not hp.empty else 'see results.csv'}); mean ± std over seeds.", "",
+            f"({hp.iloc[0] if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}", "",
             _table(pd.DataFrame(rows)), ""]
 
 

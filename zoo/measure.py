@@ -41,11 +41,15 @@ if _CPU_BACKWARD not in flop_registry:
         return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
-def count_flops(fn: Callable[[], object]) -> int:
-    """FLOPs of one call of ``fn`` (matmul-like ops, including the fused attention kernels)."""
+def count_flops(fn: Callable[[], object], with_ops: bool = False):
+    """FLOPs of one call of ``fn`` (matmul-like ops, including the fused attention kernels); with
+    ``with_ops``, also the names of the counted ops (which SDPA backend ran, for instance)."""
     with FlopCounterMode(display=False) as counter:
         fn()
-    return counter.get_total_flops()
+    total = counter.get_total_flops()
+    if not with_ops:
+        return total
+    return total, sorted(str(op) for op in counter.get_flop_counts().get("Global", {}))
 
 
 class PeakMemory(TorchDispatchMode):

@@ -47,6 +47,9 @@ class RunOptions:
     timeout_seconds: float
     plugins_dirs: list[str] = field(default_factory=list)
     memory_limit_bytes: int | None = None
+    executor: str = "local"  # or "ray"
+    ray_address: str | None = None  # None: start a local Ray cluster for the run
+    scratch_dir: str | None = None  # where an executor may keep its temporary files (Ray's)
 
 
 def now() -> str:
@@ -71,57 +74,63 @@ class LocalExecutor:
         by_variant: dict[str, list[Job]] = {}
         for job in jobs:
             by_variant.setdefault(job.variant, []).append(job)
-        for variant, variant_jobs in by_variant.items():
-            self._run_worker(variant, variant_jobs, on_check, on_job)
+        for variant_jobs in by_variant.values():
+            run_in_worker(variant_jobs, self.options, on_check, on_job)
 
-    def _run_worker(self, variant: str, jobs: list[Job], on_check, on_job) -> None:
-        options = self.options
-        with tempfile.TemporaryDirectory(prefix="zoo-worker-") as scratch:
-            spec_path, out_path, log_path = (Path(scratch) / name for name in ("spec.json", "out.jsonl", "log.txt"))
-            spec_path.write_text(json.dumps({
-                "jobs": [asdict(job) for job in jobs],
-                "profile": options.profile.as_dict(),
-                "plugins_dirs": options.plugins_dirs,
-                "memory_limit_bytes": options.memory_limit_bytes,
-            }))
-            out_path.touch()
-            env = {**os.environ, **ALLOCATOR_ENV, "PYTHONUNBUFFERED": "1"}
-            with open(log_path, "w") as log:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "zoo.worker", str(spec_path), str(out_path)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                    preexec_fn=_worker_setup(options.memory_limit_bytes), start_new_session=True,
-                )
-                done: set[tuple[str, str]] = set()
-                partial: dict[tuple[str, str], list[dict]] = {}
-                deadline = time.monotonic() + options.timeout_seconds
-                timed_out = False
-                with open(out_path) as out, _killed_on_exit(process):
-                    while True:
-                        finished = process.poll() is not None
-                        for record in _complete_lines(out):
-                            key = (record["variant"], record["suite"])
-                            if record["type"] == "check":
-                                partial.setdefault(key, []).extend(record["rows"])
-                                on_check(record)
-                            elif record["type"] == "job":
-                                done.add(key)
-                                on_job({"variant": key[0], "suite": key[1], "status": "done",
-                                        "rows": partial.pop(key, [])})
-                        if finished:
-                            break
-                        if time.monotonic() > deadline:
-                            timed_out = True
-                            _kill(process)
-                        time.sleep(0.05)
-            reason = _failure_reason(process.returncode, timed_out, options, log_path)
-            for job in jobs:
-                key = (job.variant, job.suite)
-                if key in done:
-                    continue
-                rows = partial.pop(key, [])
-                rows.append({"check": "worker", "status": ERROR, "detail": reason})
-                on_job({"variant": job.variant, "suite": job.suite, "status": ERROR, "rows": rows})
+
+def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict], None],
+                  on_job: Callable[[dict], None]) -> None:
+    """Run ``jobs`` in one fresh worker process, reporting each finished check and job as it lands;
+    a job the worker did not finish (crash, hang, memory) is reported with an ``error`` row."""
+    with tempfile.TemporaryDirectory(prefix="zoo-worker-") as scratch:
+        spec_path, out_path, log_path = (Path(scratch) / name for name in ("spec.json", "out.jsonl", "log.txt"))
+        spec_path.write_text(json.dumps({
+            "jobs": [asdict(job) for job in jobs],
+            "profile": options.profile.as_dict(),
+            "plugins_dirs": options.plugins_dirs,
+            "memory_limit_bytes": options.memory_limit_bytes,
+        }))
+        out_path.touch()
+        env = {**os.environ, **ALLOCATOR_ENV, "PYTHONUNBUFFERED": "1"}
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "zoo.worker", str(spec_path), str(out_path)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                preexec_fn=_worker_setup(options.memory_limit_bytes), start_new_session=True,
+            )
+            done: set[tuple[str, str]] = set()
+            partial: dict[tuple[str, str], list[dict]] = {}
+            deadline = time.monotonic() + options.timeout_seconds
+            timed_out = False
+            with open(out_path) as out, _killed_on_exit(process):
+                while True:
+                    finished = process.poll() is not None
+                    for record in _complete_lines(out):
+                        key = (record["variant"], record["suite"])
+                        if record["type"] == "check":
+                            partial.setdefault(key, []).extend(record["rows"])
+                            on_check(record)
+                        elif record["type"] == "job":
+                            done.add(key)
+                            on_job({"variant": key[0], "suite": key[1], "status": "done",
+                                    "rows": partial.pop(key, [])})
+                    if finished:
+                        break
+                    if time.monotonic() > deadline:
+                        timed_out = True
+                        _kill(process)
+                    time.sleep(0.05)
+        reason = _failure_reason(process.returncode, timed_out, options, log_path)
+    for job in jobs:
+        if (job.variant, job.suite) not in done:
+            rows = partial.pop((job.variant, job.suite), [])
+            on_job(error_job(job, reason, rows))
+
+
+def error_job(job: Job, reason: str, rows: list[dict] | None = None) -> dict:
+    """A job record that did not finish: what it had, plus an ``error`` row saying why."""
+    return {"variant": job.variant, "suite": job.suite, "status": ERROR,
+            "rows": [*(rows or []), {"check": "worker", "status": ERROR, "detail": reason}]}
 
 
 @contextlib.contextmanager
@@ -226,7 +235,13 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], opti
         status = "" if record["status"] == "done" else f"  {record['status'].upper()}: {record['rows'][-1]['detail']}"
         progress(_bar(finished[0], total, key, checks_per_suite[key[1]], checks_per_suite[key[1]]) + f" {seconds:6.1f} s{status}\n")
 
-    LocalExecutor(options).run(jobs, on_check, on_job)
+    if options.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        executor = RayExecutor(options)
+    else:
+        executor = LocalExecutor(options)
+    executor.run(jobs, on_check, on_job)
 
 
 def _bar(position: int, total: int, key: tuple[str, str], done: int, of: int, width: int = 20) -> str:

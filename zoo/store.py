@@ -133,6 +133,28 @@ class Store:
         return frame
 
 
+def merge(target: Store, source_path: str | Path) -> list[str]:
+    """Copy the runs of another results database (another machine's) into ``target``; runs already
+    present are left alone. Returns the ids of the runs copied."""
+    source = Store(source_path)
+    existing = set(target.runs().run_id)
+    copied = [r for r in source.runs().run_id if r not in existing]
+    if not copied:
+        return []
+    marks = ",".join("?" * len(copied))
+    with closing(target._connect()) as db, db:
+        db.execute("ATTACH DATABASE ? AS other", (str(Path(source_path)),))
+        for table in ("runs", "jobs", "results"):
+            db.execute(f"INSERT INTO {table} SELECT * FROM other.{table} WHERE run_id IN ({marks})", copied)
+    return copied
+
+
+def device_kind(environment: dict) -> str:
+    """What a run's figures are comparable across: the GPU for cuda runs, else the CPU model."""
+    device = environment.get("device", "?")
+    return device if device != "cpu" else f"cpu: {environment.get('cpu', '?')}"
+
+
 def _number(value) -> float | None:
     if value is None:
         return None

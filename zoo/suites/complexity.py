@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
 import zoo
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
 from zoo.scaling import Ladder, fit_exponent, timed
 from zoo.workload import SDPA, self_attention_workloads
-from torch.utils.flop_counter import FlopCounterMode
 
 SUITE = "complexity"
 EXPONENT_TOLERANCE = 0.25
@@ -22,17 +24,26 @@ FORMULA_TOLERANCE = 0.01
 PHASES = ("fwd", "fwd+bwd")
 
 
-def _count(fn) -> tuple[int, int, float]:
-    """FLOPs, peak bytes and seconds of one call, with both counters in the same pass."""
+def _count(fn, device: str) -> tuple[int, int, float, int | None]:
+    """FLOPs, peak live tensor bytes and seconds of one call (the counters in one pass); on CUDA also
+    the caching allocator's own peak above what was allocated before the call."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
     with FlopCounterMode(display=False) as flops, PeakMemory() as memory:
         seconds = timed(fn)
-    return flops.get_total_flops(), memory.peak, seconds
+    allocator_peak = None
+    if device == "cuda":
+        torch.cuda.synchronize()
+        allocator_peak = torch.cuda.max_memory_allocated() - before
+    return flops.get_total_flops(), memory.peak, seconds, allocator_peak
 
 
 def measure(variant, profile):
     """Counts per (who, mode, phase): {n: (flops, bytes)}, for the variant, SDPA and its baselines."""
     table: dict[tuple[str, str, str], dict[int, tuple[int, int]]] = {}
-    skipped: list[Result] = []
+    extra: list[Result] = []  # skipped lengths, and the CUDA allocator's peaks on a GPU
     modes = [m for m in profile.complexity_modes if m == "full" or variant.tags.supports_causal]
     for mode in modes:
         ladder = Ladder(profile.complexity_budget_seconds)
@@ -53,15 +64,18 @@ def measure(variant, profile):
                     load.train_step()
                 slowest = 0.0
                 for phase, fn in zip(PHASES, (load.forward, load.train_step)):
-                    flops, peak, seconds = _count(fn)
+                    flops, peak, seconds, allocator_peak = _count(fn, profile.device)
                     table.setdefault((who, mode, phase), {})[n] = (flops, peak)
                     slowest = max(slowest, seconds)
+                    if allocator_peak is not None:
+                        extra.append(Result(f"{'' if who == variant.name else who + '-'}cuda-allocator-peak", MEASURED,
+                                            f"{mode} {phase} n={n}", allocator_peak, "bytes", n=n, mode=mode, phase=phase))
                 ladder.record(who, n, slowest)
         if beyond:
-            skipped.append(Result("ladder", SKIPPED, mode, detail=(
+            extra.append(Result("ladder", SKIPPED, mode, detail=(
                 f"n={', '.join(map(str, beyond))} not measured: predicted over the "
                 f"{profile.complexity_budget_seconds:g} s per-call budget"), mode=mode))
-    return table, skipped
+    return table, extra
 
 
 def _exponent_verdict(check, claimed, lengths, values, mode, phase) -> Result:
@@ -95,8 +109,8 @@ def _crossover(lengths, ours, theirs, claimed: float) -> tuple[float | None, str
 
 
 def run_complexity(variant, profile):
-    table, skipped = measure(variant, profile)
-    yield from skipped
+    table, extra = measure(variant, profile)
+    yield from extra
     for (who, mode, phase), by_n in sorted(table.items()):
         check_prefix = "" if who == variant.name else f"{who}-"
         for n, (flops, peak) in sorted(by_n.items()):

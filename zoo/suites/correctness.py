@@ -6,6 +6,8 @@ Every check here is shown to fail on a deliberately broken variant in tests/suit
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch.autograd.gradcheck import GradcheckError
 from torch.func import functional_call
@@ -25,10 +27,10 @@ def _seeds(profile, salt: int):
     return [profile.seed * 1000 + salt * 37 + i for i in range(profile.cases)]
 
 
-def _setup(variant, case: Case, seed: int, dtype=torch.float64, scale: float = 1.0):
+def _setup(variant, case: Case, seed: int, dtype=torch.float64, scale: float = 1.0, device: str = "cpu"):
     torch.manual_seed(seed)
-    module = case.build(variant, dtype=dtype)
-    return module, case.inputs(seed, dtype=dtype, scale=scale)
+    module = case.build(variant, dtype=dtype, device=device)
+    return module, case.inputs(seed, dtype=dtype, scale=scale, device=device)
 
 
 def _call(module, case: Case, query, key, value, mask):
@@ -61,6 +63,29 @@ def check_reference(dtype, tolerance):
             yield _verdict(name, case, errors, tolerance, "relative error vs float64 reference")
 
     return run
+
+
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+LOW_PRECISION_EPSILONS = 4  # tolerance: 4 machine epsilons of the dtype (bf16 3.1e-2, fp16 3.9e-3)
+
+
+def check_low_precision(variant, profile):
+    """bf16 and fp16 runs on the profile's device against the float64 reference of the same weights."""
+    for dtype in LOW_PRECISION:
+        tolerance = LOW_PRECISION_EPSILONS * torch.finfo(dtype).eps
+        for case in cases_for(variant):
+            errors = []
+            for seed in _seeds(profile, 13):
+                module, (q, k, v, mask) = _setup(variant, case, seed, dtype, device=profile.device)
+                with torch.no_grad():
+                    out = module(q, k, v, attn_mask=mask, is_causal=case.causal)
+                    on_cpu = copy.deepcopy(module).cpu()
+                    expected = variant.reference(on_cpu, q.cpu(), k.cpu(), v.cpu(),
+                                                 attn_mask=None if mask is None else mask.cpu(), is_causal=case.causal)
+                errors.append((relative_error(out.cpu(), expected), seed))
+            result = _verdict("reference-low-precision", case, errors, tolerance, "relative error vs float64 reference")
+            result.setting = f"{case.describe()} {str(dtype).removeprefix('torch.')} on {profile.device}"
+            yield result
 
 
 def check_baselines(variant, profile):
@@ -253,6 +278,8 @@ CHECKS = [
           check_reference(torch.float64, FLOAT64_TOLERANCE)),
     Check("reference-float32", SUITE, "float32 run equals the float64 reference to 1e-5 (relative)",
           check_reference(torch.float32, FLOAT32_TOLERANCE)),
+    Check("reference-low-precision", SUITE, "bfloat16 and float16 runs (on the run's device) equal the float64 "
+          "reference to 4 machine epsilons", check_low_precision),
     Check("baselines", SUITE, "equals each declared baseline implementation (float64, 1e-10)", check_baselines),
     Check("gradcheck", SUITE, "torch.autograd.gradcheck on inputs and parameters (float64)", check_gradients),
     Check("query-permutation", SUITE, "permuting the queries permutes the outputs",

@@ -37,9 +37,9 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=None)
-def matmul_peak(threads: int, size: int = 2048) -> float:
-    """This machine's float32 matmul rate in FLOP/s, measured now: the ceiling for '% of peak'."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_peak(threads: int, device: str = "cpu", size: int = 2048) -> float:
+    """This device's float32 matmul rate in FLOP/s, measured now: the ceiling for '% of peak'."""
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
     seconds = Timer("a @ b", globals={"a": a, "b": b}, num_threads=threads).blocked_autorange(min_run_time=0.3).median
     return 2 * size ** 3 / seconds
 
@@ -60,8 +60,9 @@ def _time_round_robin(fns: dict[str, callable], profile) -> dict[str, list[float
 
 def run_speed(variant, profile):
     torch.set_num_threads(profile.threads)
-    peak = matmul_peak(profile.threads)
-    yield Result("matmul-peak", MEASURED, f"float32 2048x2048 matmul, {profile.threads} threads", peak / 1e9, "GFLOP/s")
+    peak = matmul_peak(profile.threads, profile.device)
+    where = f"{profile.threads} threads" if profile.device == "cpu" else profile.device
+    yield Result("matmul-peak", MEASURED, f"float32 2048x2048 matmul, {where}", peak / 1e9, "GFLOP/s")
     yield Result("allocator", MEASURED, detail=allocator_setting())
     modes = [m for m in profile.speed_modes if m == "full" or variant.tags.supports_causal]
     for mode in modes:
@@ -109,8 +110,10 @@ def _rows(variant, profile, mode, phase, n, samples, fn, peak):
         yield Result(f"x-{who}", MEASURED, setting, ratio, "ratio",
                      f"variant time / {who} time per round; IQR {ratio_iqr:.3g}", **tag)
     yield Result("tokens-per-s", MEASURED, setting, profile.speed_batch * n / median, "tokens/s", **tag)
-    flops = count_flops(fn)
+    flops, kernels = count_flops(fn, with_ops=True)
     yield Result("gflops", MEASURED, setting, flops / median / 1e9, "GFLOP/s", f"{flops:.4g} FLOPs counted", **tag)
+    fused = sorted(op for op in kernels if "scaled_dot_product" in op)
+    yield Result("sdpa-backend", MEASURED, setting, detail=", ".join(fused) or "no fused attention kernel", **tag)
     yield Result("peak-fraction", MEASURED, setting, flops / median / peak, "fraction",
                  "achieved FLOP/s / measured matmul peak", **tag)
 

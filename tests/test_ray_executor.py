@@ -1,0 +1,68 @@
+"""The Ray executor runs the same jobs as the local one, into the same store, against a local Ray."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import good_plugin
+from zoo.store import Store
+
+pytest.importorskip("ray", reason="the Ray executor is an optional extra: pip install 'attention-zoo[ray]'")
+
+KILLS_RAY_WORKER = good_plugin("kills-ray-worker").replace(
+    "        h = self.num_heads\n        return",
+    "        import os, signal\n        os.kill(os.getppid(), signal.SIGKILL)\n        h = self.num_heads\n        return")
+
+
+def run(out, *args):
+    return subprocess.run([sys.executable, "-m", "zoo", "run", *map(str, args), "--profile", "smoke", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_ray_gives_the_same_verdicts_and_exponents_as_local_in_the_same_store(tmp_path):
+    out = tmp_path / "out"
+    for executor in ("local", "ray"):
+        done = run(out, "dot-product", "linear", "--suite", "correctness", "--suite", "complexity", "--executor", executor)
+        assert done.returncode == 0, done.stderr
+    store = Store(out / "results.sqlite")
+    local, ray = (store.results(r) for r in store.runs().run_id)
+    key = ["variant", "suite", "check", "setting"]
+    verdicts = [f[f.suite == "correctness"].set_index(key).status.sort_index() for f in (local, ray)]
+    pd.testing.assert_series_equal(*verdicts)
+    exponents = [f[f.check.isin(["flops-exponent", "memory-exponent"])].set_index(key).value.sort_index() for f in (local, ray)]
+    pd.testing.assert_series_equal(*exponents)
+
+
+def test_a_killed_ray_worker_gives_an_error_row_and_the_run_goes_on(tmp_path):
+    (tmp_path / "kills.py").write_text(KILLS_RAY_WORKER)
+    done = run(tmp_path / "out", "dot-product", "kills-ray-worker", "--suite", "correctness", "--executor", "ray",
+               "--plugins-dir", tmp_path)
+    assert done.returncode == 0, done.stderr
+    results = pd.read_csv(tmp_path / "out" / "results.csv")
+    errors = results[(results.variant == "kills-ray-worker") & (results.status == "error")]
+    assert errors.detail.str.contains("the Ray task failed", regex=False).any(), errors.detail.tolist()
+    good = results[results.variant == "dot-product"]
+    assert not good.empty and set(good.status) <= {"passed", "skipped"}
+
+
+def test_ray_temporary_files_stay_in_the_output_folder():
+    import shutil
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="zr", dir="/tmp"))  # short enough for Ray's socket paths
+    try:
+        done = run(out, "dot-product", "--suite", "correctness", "--executor", "ray")
+        assert done.returncode == 0, done.stderr
+        assert any((out / ".zoo-cache" / "ray").iterdir())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_missing_ray_says_how_to_install(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None; import zoo.cli; "
+            f"sys.exit(zoo.cli.main(['run-all', '--executor', 'ray', '--out', {str(tmp_path)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "pip install 'attention-zoo[ray]'" in done.stderr

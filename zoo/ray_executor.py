@@ -1,0 +1,77 @@
+"""Run the same jobs on a Ray cluster (``zoo run-all --executor ray [--address ADDR]``).
+
+Each job (variant x suite) is one Ray task that asks for the resources it needs (the profile's CPU
+threads, or one GPU for a cuda run) and runs the job in a fresh worker process exactly as the local
+executor does; finished jobs stream back into the same store as Ray reports them. A Ray worker that
+dies gives that job an ``error`` row and the run goes on. Ray is an optional extra.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .contract import OptionError
+from .runner import Job, RunOptions, error_job, run_in_worker
+
+INSTALL_HINT = "pip install 'attention-zoo[ray]'"
+MAX_TEMP_PATH = 40
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise OptionError(f"--executor ray: Ray is not installed; install the extra with: {INSTALL_HINT}") from None
+    return ray
+
+
+def _run_job(job: Job, options: RunOptions) -> list[tuple[str, dict]]:
+    """Inside a Ray task: the job in a worker process; its check and job records, in order."""
+    records: list[tuple[str, dict]] = []
+    run_in_worker([job], options, lambda r: records.append(("check", r)), lambda r: records.append(("job", r)))
+    return records
+
+
+class RayExecutor:
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.ray = require_ray()
+
+    def _start(self):
+        ray = self.ray
+        if self.options.ray_address:
+            ray.init(address=self.options.ray_address, log_to_driver=False, configure_logging=False)
+            return
+        # A local cluster for this run, its files in the output folder's scratch space, or the zoo's own
+        # cache folder when that path is too long for Ray's unix sockets (about 107 characters in all).
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zoo"
+        candidates = [Path(self.options.scratch_dir)] if self.options.scratch_dir else []
+        temp_dir = next((p for p in [*candidates, cache] if len(str(p.resolve())) < MAX_TEMP_PATH), None)
+        temp_dir = temp_dir / "ray" if temp_dir else Path(tempfile.mkdtemp(prefix="zoo-ray-"))
+        temp_dir.mkdir(parents=True, exist_ok=True)
+        ray.init(num_cpus=os.cpu_count(), num_gpus=None, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, _temp_dir=str(temp_dir.resolve()))
+
+    def run(self, jobs: list[Job], on_check, on_job) -> None:
+        ray = self.ray
+        self._start()
+        try:
+            gpu = self.options.profile.device == "cuda"
+            remote = ray.remote(num_cpus=0 if gpu else self.options.profile.threads, num_gpus=1 if gpu else 0,
+                                max_retries=0)(_run_job)
+            pending = {remote.remote(job, self.options): job for job in jobs}
+            while pending:
+                [ready], _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(ready)
+                try:
+                    records = ray.get(ready)
+                except Exception as exc:  # a dead Ray worker or node, or an unserialisable failure
+                    reason = " ".join(str(exc).split())[:400]
+                    on_job(error_job(job, f"the Ray task failed ({type(exc).__name__}): {reason}"))
+                    continue
+                for kind, record in records:
+                    (on_check if kind == "check" else on_job)(record)
+        finally:
+            ray.shutdown()
