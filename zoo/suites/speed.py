@@ -45,7 +45,11 @@ def matmul_peak(threads: int, device: str = "cpu", size: int = 2048) -> float:
 
 
 def _time_round_robin(fns: dict[str, callable], profile) -> dict[str, list[float]]:
-    """Per-call seconds of each callable, over ``profile.repeats`` interleaved rounds."""
+    """Per-call seconds of each callable, over ``profile.repeats`` interleaved rounds.
+
+    Each Timer runs a call count calibrated once from the warm-up, so a round costs every callable
+    about ``round_seconds``; blocked_autorange would re-calibrate (and repeat slow calls) every round.
+    """
     timers, numbers = {}, {}
     for label, fn in fns.items():
         timers[label] = Timer("fn()", globals={"fn": fn}, num_threads=profile.threads)
