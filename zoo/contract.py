@@ -65,7 +65,8 @@ class Tags:
     exact: bool = True
     """Computes exact softmax attention; False for approximations (their error is reported)."""
     key_order_invariant: bool = True
-    """Permuting the key/value pairs together leaves the output unchanged (no positional bias)."""
+    """Permuting the key/value pairs together leaves the output unchanged (no positional structure);
+    it also gates the query-permutation check."""
     has_parameters: bool = False
     """Has learnable parameters (gradcheck then covers them too)."""
 
