@@ -149,26 +149,24 @@ def _no_influence(check, case, before, after, gradient: float, what: str) -> Res
     return result
 
 
-def check_query_permutation(variant, profile):
-    case = Case(batch=2, q_len=8, k_len=8, options=dict(variant.check_options))
-    for seed in _seeds(profile, 4):
-        module, (q, k, v, _) = _setup(variant, case, seed)
-        perm = torch.randperm(case.q_len, generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            out = module(q, k, v)
-            permuted = module(q[:, perm], k, v)
-        yield _unchanged("query-permutation", case, out[:, perm], permuted, "permuting the queries")
+def check_permutation(name: str, salt: int, what: str, permute_keys: bool):
+    """Permuting the queries must permute the outputs the same way; permuting the key/value pairs
+    together must leave them unchanged."""
 
+    def run(variant, profile):
+        case = Case(batch=2, q_len=8, k_len=8, options=dict(variant.check_options))
+        for seed in _seeds(profile, salt):
+            module, (q, k, v, _) = _setup(variant, case, seed)
+            perm = torch.randperm(case.k_len if permute_keys else case.q_len, generator=torch.Generator().manual_seed(seed))
+            with torch.no_grad():
+                out = module(q, k, v)
+                if permute_keys:
+                    expected, permuted = out, module(q, k[:, perm], v[:, perm])
+                else:
+                    expected, permuted = out[:, perm], module(q[:, perm], k, v)
+            yield _unchanged(name, case, expected, permuted, what)
 
-def check_key_permutation(variant, profile):
-    case = Case(batch=2, q_len=8, k_len=8, options=dict(variant.check_options))
-    for seed in _seeds(profile, 5):
-        module, (q, k, v, _) = _setup(variant, case, seed)
-        perm = torch.randperm(case.k_len, generator=torch.Generator().manual_seed(seed))
-        with torch.no_grad():
-            out = module(q, k, v)
-            permuted = module(q, k[:, perm], v[:, perm])
-        yield _unchanged("key-permutation", case, out, permuted, "permuting the key/value pairs")
+    return run
 
 
 def check_batch_independence(variant, profile):
@@ -283,9 +281,11 @@ CHECKS = [
     Check("baselines", SUITE, "equals each declared baseline implementation (float64, 1e-10)", check_baselines),
     Check("gradcheck", SUITE, "torch.autograd.gradcheck on inputs and parameters (float64)", check_gradients),
     Check("query-permutation", SUITE, "permuting the queries permutes the outputs",
-          check_query_permutation, requires("key_order_invariant")),
+          check_permutation("query-permutation", 4, "permuting the queries", permute_keys=False),
+          requires("key_order_invariant")),
     Check("key-permutation", SUITE, "permuting key/value pairs leaves the outputs unchanged",
-          check_key_permutation, requires("key_order_invariant")),
+          check_permutation("key-permutation", 5, "permuting the key/value pairs", permute_keys=True),
+          requires("key_order_invariant")),
     Check("batch-independence", SUITE, "each batch element is independent of the others", check_batch_independence),
     Check("causal-leak", SUITE, "future tokens change neither earlier outputs nor their gradients",
           check_causal_leak, requires("supports_causal")),
