@@ -49,17 +49,29 @@ def _verdict(check: str, case: Case, errors: list[tuple[float, int]], tolerance:
     return Result(check, PASSED if ok else FAILED, case.describe(), worst, "rel. error", detail)
 
 
+def _reference_errors(variant, case: Case, seeds, dtype, device: str = "cpu", require_finite: bool = True):
+    """(relative error vs the float64 reference, seed) per seed; the reference runs on a CPU copy."""
+    errors = []
+    for seed in seeds:
+        module, (q, k, v, mask) = _setup(variant, case, seed, dtype, device=device)
+        with torch.no_grad():
+            if require_finite:
+                out = _call(module, case, q, k, v, mask)
+            else:
+                out = module(q, k, v, attn_mask=mask, is_causal=case.causal)
+            if device != "cpu":
+                module, q, k, v = copy.deepcopy(module).cpu(), q.cpu(), k.cpu(), v.cpu()
+                mask = None if mask is None else mask.cpu()
+            expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
+        errors.append((relative_error(out.cpu(), expected), seed))
+    return errors
+
+
 def check_reference(dtype, tolerance):
     def run(variant, profile):
         name = f"reference-{str(dtype).removeprefix('torch.')}"
         for case in cases_for(variant):
-            errors = []
-            for seed in _seeds(profile, 1):
-                module, (q, k, v, mask) = _setup(variant, case, seed, dtype)
-                with torch.no_grad():
-                    out = _call(module, case, q, k, v, mask)
-                    expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
-                errors.append((relative_error(out, expected), seed))
+            errors = _reference_errors(variant, case, _seeds(profile, 1), dtype)
             yield _verdict(name, case, errors, tolerance, "relative error vs float64 reference")
 
     return run
@@ -74,15 +86,7 @@ def check_low_precision(variant, profile):
     for dtype in LOW_PRECISION:
         tolerance = LOW_PRECISION_EPSILONS * torch.finfo(dtype).eps
         for case in cases_for(variant):
-            errors = []
-            for seed in _seeds(profile, 13):
-                module, (q, k, v, mask) = _setup(variant, case, seed, dtype, device=profile.device)
-                with torch.no_grad():
-                    out = module(q, k, v, attn_mask=mask, is_causal=case.causal)
-                    on_cpu = copy.deepcopy(module).cpu()
-                    expected = variant.reference(on_cpu, q.cpu(), k.cpu(), v.cpu(),
-                                                 attn_mask=None if mask is None else mask.cpu(), is_causal=case.causal)
-                errors.append((relative_error(out.cpu(), expected), seed))
+            errors = _reference_errors(variant, case, _seeds(profile, 13), dtype, profile.device, require_finite=False)
             result = _verdict("reference-low-precision", case, errors, tolerance, "relative error vs float64 reference")
             result.setting = f"{case.describe()} {str(dtype).removeprefix('torch.')} on {profile.device}"
             yield result
