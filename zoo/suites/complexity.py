@@ -59,9 +59,9 @@ def measure(variant, profile):
             for who, load in loads.items():
                 if not ladder.allows(who, n):
                     continue
-                if who not in ladder.last:  # warm up once, so one-off start-up costs do not stop the climb
-                    load.forward()
-                    load.train_step()
+                if who not in ladder.last:  # warm up once, counters included (their first use takes most
+                    for fn in (load.forward, load.train_step):  # of a second), so start-up costs do not stop the climb
+                        _count(fn, profile.device)
                 slowest = 0.0
                 for phase, fn in zip(PHASES, (load.forward, load.train_step)):
                     flops, peak, seconds, allocator_peak = _count(fn, profile.device)
