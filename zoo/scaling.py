@@ -6,6 +6,8 @@ import math
 import time
 from typing import Callable, Sequence
 
+import torch
+
 
 def fit_exponent(lengths: Sequence[float], values: Sequence[float], points: int = 3) -> float | None:
     """Least-squares slope of log(value) on log(n) over the largest ``points`` lengths (the asymptote)."""
@@ -37,7 +39,17 @@ class Ladder:
         self.last[who] = (n, seconds)
 
 
+def synchronize() -> None:
+    """Wait for the GPU's queued work (a no-op until CUDA is in use), so a wall-clock reading covers
+    the kernels a call launched and not just their launch."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def timed(fn: Callable[[], object]) -> float:
+    """Wall-clock seconds of one call of ``fn``, queued GPU work included."""
+    synchronize()
     start = time.perf_counter()
     fn()
+    synchronize()
     return time.perf_counter() - start

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.blocks import SequenceModel, VisionTransformer
 from zoo.checks import MEASURED, SKIPPED, Check, Result
+from zoo.scaling import synchronize
 from zoo.tasks import IGNORE, Task, default_tasks
 
 SUITE = "quality"
@@ -41,32 +42,37 @@ def _loss(model, inputs, targets):
 
 
 @torch.no_grad()
-def accuracy(model, task: Task) -> float:
+def accuracy(model, task: Task, device: str = "cpu") -> float:
     model.eval()
-    inputs, targets = task.make(torch.Generator().manual_seed(EVAL_SEED), EVAL_EXAMPLES)
+    inputs, targets = (t.to(device) for t in task.make(torch.Generator().manual_seed(EVAL_SEED), EVAL_EXAMPLES))
     predictions = model(inputs).argmax(dim=-1)
     asked = targets != IGNORE
     model.train()
     return float((predictions[asked] == targets[asked]).float().mean())
 
 
-def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float) -> tuple[float, float] | str:
-    """(accuracy, seconds) after ``hp['steps']`` steps, or the reason it was not trained."""
+def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float,
+          device: str = "cpu") -> tuple[float, float] | str:
+    """(accuracy, seconds) after ``hp['steps']`` steps on ``device``, or the reason it was not trained.
+    Data comes from a CPU generator, so every device trains on the same examples."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    model = make_model(variant, task, hp)
+    model = make_model(variant, task, hp).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
     started = time.perf_counter()
     for step in range(hp["steps"]):
-        inputs, targets = task.make(generator, hp["batch"])
+        inputs, targets = (t.to(device) for t in task.make(generator, hp["batch"]))
         optimizer.zero_grad(set_to_none=True)
         _loss(model, inputs, targets).backward()
         optimizer.step()
         if step == 2:
+            synchronize()
             predicted = (time.perf_counter() - started) / 3 * hp["steps"]
             if predicted > budget_seconds:
                 return f"predicted {predicted:.0f} s to train, over the {budget_seconds:g} s budget per task"
-    return accuracy(model, task), time.perf_counter() - started
+    score = accuracy(model, task, device)
+    synchronize()
+    return score, time.perf_counter() - started
 
 
 def run_quality(variant, profile):
@@ -77,7 +83,7 @@ def run_quality(variant, profile):
     for task in default_tasks():
         scores, seconds = [], []
         for seed in range(profile.seed, profile.seed + profile.quality_seeds):
-            outcome = train(variant, task, hp, seed, profile.quality_task_budget_seconds)
+            outcome = train(variant, task, hp, seed, profile.quality_task_budget_seconds, profile.device)
             if isinstance(outcome, str):
                 yield Result("accuracy", SKIPPED, task.name, detail=outcome)
                 break
