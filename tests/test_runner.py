@@ -129,3 +129,14 @@ def test_leaderboard_rerenders_from_the_database(finished_run):
     out = subprocess.run([sys.executable, "-m", "zoo", "leaderboard", "--out", str(folder)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and (folder / "README.md").exists()
+
+
+def test_cuda_workers_get_no_address_space_cap_and_cpu_workers_the_one_asked_for():
+    from zoo.contract import OptionError
+    from zoo.runner import default_memory_limit, worker_memory_limit
+
+    assert worker_memory_limit("cuda", None) is None  # CUDA reserves more address space than any useful cap
+    assert worker_memory_limit("cpu", 2) == 2 * 2 ** 30
+    assert worker_memory_limit("cpu", None) == default_memory_limit()
+    with pytest.raises(OptionError, match="--memory-limit"):
+        worker_memory_limit("cuda", 4)

@@ -103,17 +103,12 @@ def cmd_run(args) -> int:
     from .environment import fingerprint
     from .leaderboard import render
     from .profiles import Profile, get_profile
-    from .runner import RunOptions, default_memory_limit, execute, now, plan_jobs
+    from .runner import RunOptions, execute, now, plan_jobs, worker_memory_limit
     from .store import Store
 
     profile = get_profile(args.profile)
     if args.device not in ("cpu", "cuda"):
         raise OptionError(f"--device: expected cpu or cuda, got {args.device!r}")
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise OptionError("--device cuda: no CUDA device is available on this machine")
     lengths = _parse_lengths(args.lengths)
     profile = profile.with_overrides(threads=args.threads, device=args.device, speed_d_model=args.d_model,
                                      speed_heads=args.heads, variant_options=_parse_options(args.option),
@@ -140,8 +135,10 @@ def cmd_run(args) -> int:
         raise OptionError(f"--resume: no unfinished run in {str(out / DATABASE)!r}")
     if run_id is not None:
         profile = Profile.from_dict(store.settings(run_id))  # a resumed run keeps its own settings
+    memory_limit = worker_memory_limit(profile.device, args.memory_limit)
+    _check_device_available(profile.device, args)
     if run_id is None:
-        environment = {**fingerprint(profile, args.device), "command": " ".join(["zoo", *sys.argv[1:]])}
+        environment = {**fingerprint(profile, profile.device), "command": " ".join(["zoo", *sys.argv[1:]])}
         run_id = store.start_run(profile.as_dict(), environment, now())
     jobs = plan_jobs(names, suites)
     finished = store.finished_jobs(run_id)
@@ -152,7 +149,7 @@ def cmd_run(args) -> int:
         profile=profile,
         timeout_seconds=args.timeout or profile.variant_timeout_seconds,
         plugins_dirs=[str(Path(p).resolve()) for p in args.plugins_dir],
-        memory_limit_bytes=int(args.memory_limit * 2 ** 30) if args.memory_limit else default_memory_limit(),
+        memory_limit_bytes=memory_limit,
         executor=args.executor, ray_address=args.address, scratch_dir=str(out.resolve() / SCRATCH),
     )
     execute(registry, store, run_id, todo, options, progress=_progress_printer(sys.stderr))
@@ -255,6 +252,16 @@ def _summary(store, run_id) -> None:
         ran = (mine.suite == "correctness").any()
         ok = "not run" if not ran else "passed" if not failing.get(variant) else f"FAILED ({len(failing[variant])})"
         print(f"{variant:<15} {ok:<20} {claims:<20} {f'{ratio.iloc[0]:.3g}x' if not ratio.empty else 'not timed there'}")
+
+
+def _check_device_available(device: str, args) -> None:
+    """A cuda run needs a GPU here, unless its jobs go to a Ray cluster (which is asked when it starts)."""
+    if device != "cuda" or (args.executor == "ray" and args.address):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise OptionError("--device cuda: no CUDA device is available on this machine")
 
 
 def cmd_leaderboard(args) -> int:
@@ -423,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_options.add_argument("--timeout", type=_positive(float),
                              help="seconds per variant before its worker is stopped (default: the profile's; quick 900)")
     run_options.add_argument("--memory-limit", type=_positive(float), metavar="GIB",
-                             help="address-space cap per worker in GiB (default: 80%% of physical memory)")
+                             help="address-space cap per worker in GiB (default: 80%% of physical memory; "
+                                  "none in a cuda run: CUDA reserves more address space than that)")
 
     p = sub.add_parser("run-all", parents=[common, run_options], help="run every suite on every variant; write the leaderboard")
     p.add_argument("--filter", action="append", metavar="PATTERN", help="only variants matching this wildcard (repeatable)")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .checks import ERROR
+from .contract import OptionError
 from .environment import ALLOCATOR_ENV
 from .profiles import Profile
 from .registry import Registry, source_hash
@@ -62,6 +63,20 @@ def default_memory_limit() -> int | None:
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def worker_memory_limit(device: str, requested_gib: float | None) -> int | None:
+    """The workers' cap on address space (RLIMIT_AS) in bytes, or None for none.
+
+    A cuda run gets none: the CUDA driver reserves far more virtual address space than the machine
+    has memory, so any useful cap would stop CUDA from starting; the GPU's own memory bounds it.
+    """
+    if device == "cuda":
+        if requested_gib:
+            raise OptionError("--memory-limit: not available with --device cuda (it caps virtual address "
+                              "space, and CUDA reserves more of that than the machine has memory)")
+        return None
+    return int(requested_gib * 2 ** 30) if requested_gib else default_memory_limit()
 
 
 class LocalExecutor:
