@@ -43,16 +43,15 @@ def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None
     """torch SDPA on (batch, heads, seq, d) with a combinable mask and zeros for fully masked rows.
 
     A row with no allowed key is given every key before SDPA (so no NaN appears in forward or
-    backward) and zeroed afterwards, so it has no influence in either direction.
+    backward) and zeroed afterwards, so it has no influence in either direction. No value is read
+    back to the host, so a GPU call never waits for its own kernels.
     """
     if attn_mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
     mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2], q.device)
-    row_ok = mask.any(dim=-1, keepdim=True)
-    if bool(row_ok.all()):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_ok)
-    return out.masked_fill(~row_ok, 0.0)
+    row_empty = ~mask.any(dim=-1, keepdim=True)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | row_empty)
+    return out.masked_fill(row_empty, 0.0)
 
 
 def call_torch_mha(mha: torch.nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor,

@@ -148,3 +148,13 @@ def test_linear_equals_quadratic_form_of_its_kernel(registry):
     similarity = (phi @ phi.transpose(-1, -2)).tril()
     expected = ((similarity @ v) / similarity.sum(-1, keepdim=True)).transpose(1, 2).reshape(2, 10, 8)
     assert torch.allclose(module(x, x, x, is_causal=True), expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_builtins_keep_every_tensor_on_their_inputs_device(registry, name):
+    """Checked on the meta device, the CI's stand-in for a GPU: not skipped, passed in every case."""
+    from zoo.profiles import PROFILES
+    from zoo.suites.correctness import check_device_placement
+
+    results = list(check_device_placement(registry.variant(name), PROFILES["quick"]))
+    assert results and all(r.status == "passed" for r in results), [r for r in results if r.status != "passed"]

@@ -110,6 +110,12 @@ class ReturnsFloat64(Attention):
         return super().forward(*args, **kwargs).double()
 
 
+class MakesCpuTensors(Attention):
+    def forward(self, query, *args, **kwargs):
+        out = super().forward(query, *args, **kwargs)
+        return out + torch.zeros(out.shape[-1], dtype=out.dtype)  # on the CPU, whatever the inputs' device
+
+
 class Noisy(Attention):
     def forward(self, *args, **kwargs):
         out = super().forward(*args, **kwargs)
@@ -154,6 +160,7 @@ BROKEN = [
     ("masked-keys", IgnoresMask, {}),
     ("empty-rows", EmptyRowsGiveOnes, {}),
     ("dtype-device", ReturnsFloat64, {}),
+    ("device-placement", MakesCpuTensors, {}),
     ("deterministic", Noisy, {}),
     ("large-magnitude", NaiveSoftmax, {}),
 ]

@@ -14,7 +14,7 @@ from torch.func import functional_call
 
 import zoo
 from zoo.cases import Case, cases_for, relative_error
-from zoo.checks import FAILED, PASSED, Check, Result, requires
+from zoo.checks import FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
 
 SUITE = "correctness"
@@ -243,16 +243,45 @@ def check_empty_rows(variant, profile):
 
 
 def check_dtype_device(variant, profile):
-    for dtype in (torch.float32, torch.float64):
-        for case in cases_for(variant):
-            module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 10)[0], dtype)
-            try:
-                with torch.no_grad():
-                    module(q, k, v, attn_mask=mask, is_causal=case.causal)
-                problem = ""
-            except VariantOutputError as exc:  # shape, dtype and device are checked on every call
-                problem = str(exc)
-            yield Result("dtype-device", FAILED if problem else PASSED, f"{case.describe()} {dtype}", detail=problem)
+    """On the CPU and on the run's device (cuda in a GPU run)."""
+    for device in dict.fromkeys(["cpu", profile.device]):
+        for dtype in (torch.float32, torch.float64):
+            for case in cases_for(variant):
+                module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 10)[0], dtype, device=device)
+                try:
+                    with torch.no_grad():
+                        module(q, k, v, attn_mask=mask, is_causal=case.causal)
+                    problem = ""
+                except VariantOutputError as exc:  # shape, dtype and device are checked on every call
+                    problem = str(exc)
+                setting = f"{case.describe()} {str(dtype).removeprefix('torch.')} on {device}"
+                yield Result("dtype-device", FAILED if problem else PASSED, setting, detail=problem)
+
+
+def _placement_problem(exc: Exception) -> bool:
+    """Whether an error on the meta device is a tensor left on the CPU (and not an op meta cannot run)."""
+    message = str(exc).lower()
+    return "device" in message and "cpu" in message
+
+
+def check_device_placement(variant, profile):
+    """Runs the variant on the meta device, which holds no data: any tensor the variant makes on the
+    CPU instead of its inputs' device meets a meta tensor and fails, as it would on a GPU. So a plugin
+    author without a GPU still learns whether the variant will run on one."""
+    for case in cases_for(variant):
+        module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 14)[0], torch.float32, device="meta")
+        try:
+            with torch.no_grad():
+                module(q, k, v, attn_mask=mask, is_causal=case.causal)
+        except (RuntimeError, NotImplementedError) as exc:
+            message = " ".join(str(exc).split())[:300]
+            if _placement_problem(exc):
+                yield Result("device-placement", FAILED, case.describe(), detail=f"a tensor stays on the CPU: {message}")
+            else:
+                yield Result("device-placement", SKIPPED, case.describe(),
+                             detail=f"not checkable on the meta device (a value read back, or an op meta lacks): {message}")
+            continue
+        yield Result("device-placement", PASSED, case.describe())
 
 
 def check_deterministic(variant, profile):
@@ -297,7 +326,10 @@ CHECKS = [
           check_masked_keys, requires("accepts_attn_mask")),
     Check("empty-rows", SUITE, "a fully masked query row is finite and ignores keys (zeros without parameters)",
           check_empty_rows, requires("accepts_attn_mask")),
-    Check("dtype-device", SUITE, "output shape (batch, q_len, d_model), dtype and device preserved", check_dtype_device),
+    Check("dtype-device", SUITE, "output shape (batch, q_len, d_model), dtype and device preserved (CPU and the "
+          "run's device)", check_dtype_device),
+    Check("device-placement", SUITE, "runs on the meta device, a stand-in for a GPU: no tensor made on the CPU "
+          "behind the inputs' back", check_device_placement),
     Check("deterministic", SUITE, "two identical calls give identical outputs", check_deterministic),
     Check("large-magnitude", SUITE, "finite outputs for inputs scaled by 1e4", check_large_magnitude),
 ]
