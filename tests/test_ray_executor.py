@@ -34,6 +34,7 @@ def test_ray_gives_the_same_verdicts_and_exponents_as_local_in_the_same_store(tm
     pd.testing.assert_series_equal(*verdicts)
     exponents = [f[f.check.isin(["flops-exponent", "memory-exponent"])].set_index(key).value.sort_index() for f in (local, ray)]
     pd.testing.assert_series_equal(*exponents)
+    assert exponents[0].notna().all(), exponents[0]  # every mode climbed far enough to fit an exponent
 
 
 def test_a_killed_ray_worker_gives_an_error_row_and_the_run_goes_on(tmp_path):
@@ -66,3 +67,35 @@ def test_missing_ray_says_how_to_install(tmp_path):
             f"sys.exit(zoo.cli.main(['run-all', '--executor', 'ray', '--out', {str(tmp_path)!r}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "pip install 'attention-zoo[ray]'" in done.stderr
+
+
+class FakeRay:
+    """Just enough of ray for the resource check: the nodes a cluster reports."""
+
+    def __init__(self, *nodes):
+        self._nodes = [{"Alive": True, "Resources": resources} for resources in nodes]
+
+    def nodes(self):
+        return self._nodes
+
+
+@pytest.mark.parametrize("device, threads, nodes, refused", [
+    ("cpu", 2, [{"CPU": 2.0}], None),
+    ("cpu", 4, [{"CPU": 2.0}, {"CPU": 2.0}], "4 CPUs (--threads)"),  # no single node has four
+    ("cuda", 2, [{"CPU": 16.0, "GPU": 1.0}], None),
+    ("cuda", 2, [{"CPU": 16.0}], "one GPU (--device cuda)"),
+])
+def test_a_job_no_node_can_hold_is_refused_instead_of_waiting_for_ever(device, threads, nodes, refused):
+    from zoo.contract import OptionError
+    from zoo.profiles import PROFILES
+    from zoo.ray_executor import RayExecutor
+    from zoo.runner import RunOptions
+
+    executor = RayExecutor(RunOptions(PROFILES["smoke"].with_overrides(device=device, threads=threads), 60))
+    executor.ray = FakeRay(*nodes)
+    if refused is None:
+        executor.check_cluster()
+        return
+    with pytest.raises(OptionError, match="no node of the local Ray cluster") as error:
+        executor.check_cluster()
+    assert refused in str(error.value)

@@ -54,13 +54,30 @@ class RayExecutor:
         ray.init(num_cpus=os.cpu_count(), num_gpus=None, include_dashboard=False, log_to_driver=False,
                  configure_logging=False, _temp_dir=str(temp_dir.resolve()))
 
+    def job_resources(self) -> dict[str, float]:
+        """What one job asks Ray for: a whole GPU for a cuda job, else the profile's CPU threads."""
+        if self.options.profile.device == "cuda":
+            return {"num_cpus": 0, "num_gpus": 1}
+        return {"num_cpus": self.options.profile.threads, "num_gpus": 0}
+
+    def check_cluster(self) -> None:
+        """Ray keeps a task no node can hold pending for ever; refuse such a run with the reason instead."""
+        wanted = self.job_resources()
+        need = {"CPU": wanted["num_cpus"], "GPU": wanted["num_gpus"]}
+        nodes = [node.get("Resources", {}) for node in self.ray.nodes() if node.get("Alive")]
+        if any(all(node.get(kind, 0) >= amount for kind, amount in need.items()) for node in nodes):
+            return
+        cluster = f"the Ray cluster at {self.options.ray_address}" if self.options.ray_address else "the local Ray cluster"
+        asked = "one GPU (--device cuda)" if need["GPU"] else f"{need['CPU']:g} CPUs (--threads)"
+        offered = ", ".join(f"{n.get('CPU', 0):g} CPUs/{n.get('GPU', 0):g} GPUs" for n in nodes) or "no live node"
+        raise OptionError(f"--executor ray: each job asks for {asked}, and no node of {cluster} has that (nodes: {offered})")
+
     def run(self, jobs: list[Job], on_check, on_job) -> None:
         ray = self.ray
         self._start()
         try:
-            gpu = self.options.profile.device == "cuda"
-            remote = ray.remote(num_cpus=0 if gpu else self.options.profile.threads, num_gpus=1 if gpu else 0,
-                                max_retries=0)(_run_job)
+            self.check_cluster()
+            remote = ray.remote(**self.job_resources(), max_retries=0)(_run_job)
             pending = {remote.remote(job, self.options): job for job in jobs}
             while pending:
                 [ready], _ = ray.wait(list(pending), num_returns=1)
