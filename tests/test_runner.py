@@ -140,3 +140,18 @@ def test_cuda_workers_get_no_address_space_cap_and_cpu_workers_the_one_asked_for
     assert worker_memory_limit("cpu", None) == default_memory_limit()
     with pytest.raises(OptionError, match="--memory-limit"):
         worker_memory_limit("cuda", 4)
+
+
+def test_each_job_records_the_machine_it_ran_on(finished_run):
+    import socket
+
+    from zoo.store import Store
+
+    _, out = finished_run
+    store = Store(out / "results.sqlite")
+    jobs = store.jobs(store.latest_run())
+    done = jobs[jobs.status == "done"]
+    assert not done.empty
+    assert all(p["ran_on"]["host"] == socket.gethostname() and p["ran_on"]["device"] == "cpu" for p in done.provenance)
+    assert store.device_kinds(store.latest_run()) == [f"cpu: {done.provenance.iloc[0]['ran_on']['cpu']}"]
+    assert "| ran on " in (out / "README.md").read_text()

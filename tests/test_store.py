@@ -98,3 +98,14 @@ def test_runs_from_several_machines_merge_and_render_one_leaderboard_per_device(
     index = (tmp_path / "a" / "by-device" / "README.md").read_text()
     assert "cpu: AMD EPYC" in index and "cuda (NVIDIA H200)" in index
     assert len(list((tmp_path / "a" / "by-device").glob("*/README.md"))) == 2
+
+
+def test_jobs_that_ran_elsewhere_are_filed_under_their_own_device(tmp_path):
+    """On a Ray cluster a job may run on another machine than the one that started the run."""
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run({"name": "quick"}, {"device": "cuda (unavailable)", "cpu": "laptop"}, "2026-01-01 00:00:00")
+    gpu_node = {"host": "node-7", "cpu": "Xeon", "device": "cuda (NVIDIA H200)"}
+    store.record_job(run, "dot-product", "speed", "done", 1.0, {"card": {}, "ran_on": gpu_node}, [])
+    assert store.device_kinds(run) == ["cuda (NVIDIA H200)"]
+    store.record_job(run, "linear", "speed", "done", 1.0, {"card": {}}, [])  # an older record: the run's own
+    assert store.device_kinds(run) == ["cuda (NVIDIA H200)", "cuda (unavailable)"]

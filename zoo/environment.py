@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import socket
 import subprocess
 from pathlib import Path
 
@@ -39,6 +40,25 @@ def git_commit() -> str:
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def device_label(device: str) -> str:
+    """'cpu', or the GPU's model for cuda ('cuda (NVIDIA H200)'): what timings are comparable across."""
+    if device == "cpu":
+        return device
+    import torch
+
+    return f"{device} ({torch.cuda.get_device_name() if torch.cuda.is_available() else 'unavailable'})"
+
+
+def machine(device: str) -> dict[str, str]:
+    """Where a job ran (recorded per job: on a Ray cluster that need not be the machine that started the run)."""
+    import torch
+
+    here = {"host": socket.gethostname(), "cpu": cpu_model(), "device": device_label(device), "torch": torch.__version__}
+    if device == "cuda":
+        here["cuda"] = str(torch.version.cuda)
+    return here
+
+
 def fingerprint(profile, device: str) -> dict[str, str]:
     import torch
 
@@ -52,7 +72,8 @@ def fingerprint(profile, device: str) -> dict[str, str]:
         "cpu": cpu_model(),
         "cpu_count": str(os.cpu_count()),
         "threads": str(profile.threads),
-        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name() if torch.cuda.is_available() else 'unavailable'})",
+        "device": device_label(device),
+        **({"cuda": str(torch.version.cuda)} if device == "cuda" else {}),
         "allocator": " ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()),
         "profile": profile.name,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -7,12 +7,13 @@ escaped so it cannot break the Markdown tables or inject markup.
 from __future__ import annotations
 
 import html
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 from tabulate import tabulate
 
-from .store import RESULT_COLUMNS, Store
+from .store import RESULT_COLUMNS, Store, device_kind
 
 SDPA = "torch-sdpa"
 RANK_CHECK, RANK_MODE, RANK_PHASE = "x-torch-sdpa", "full", "fwd+bwd"
@@ -70,7 +71,7 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = store.results(run_id)
     jobs = store.jobs(run_id)
-    env = store.environment(run_id)
+    env = {**store.environment(run_id), **_ran_on(jobs)}
     cards = {r.variant: r.provenance for r in jobs.itertuples()}
     written = [out_dir / "results.csv"]
     origin = {r.variant: {"plugin": r.provenance.get("plugin"), "origin": _origin(r.provenance),
@@ -86,6 +87,12 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     readme = out_dir / "README.md"
     readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots))
     return [readme, *written]
+
+
+def _ran_on(jobs: pd.DataFrame) -> dict[str, str]:
+    """Where the jobs ran, as recorded by each job: the machine(s) and device, with job counts."""
+    places = Counter(f"{p['ran_on'].get('host')}, {device_kind(p['ran_on'])}" for p in jobs.provenance if p.get("ran_on"))
+    return {"ran on": "; ".join(f"{place} ({count} jobs)" for place, count in sorted(places.items()))} if places else {}
 
 
 def _readme(run_id, env, settings, results, cards, plots) -> str:

@@ -128,7 +128,7 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
                         elif record["type"] == "job":
                             done.add(key)
                             on_job({"variant": key[0], "suite": key[1], "status": "done",
-                                    "rows": partial.pop(key, [])})
+                                    "rows": partial.pop(key, []), "ran_on": record.get("ran_on")})
                     if finished:
                         break
                     if time.monotonic() > deadline:
@@ -220,7 +220,8 @@ def plan_jobs(variants: list[str], suites: list[str]) -> list[Job]:
 
 
 def provenance(registry: Registry, variant_name: str) -> dict:
-    """Where the variant came from (plugin, distribution, file, source hash) and its card."""
+    """Where the variant came from (plugin, distribution, file, source hash) and its card; the runner
+    adds where the job ran (``ran_on``)."""
     variant = registry.variant(variant_name)
     data = asdict(variant.origin) if variant.origin else {}
     data["source_sha256"] = source_hash(variant.origin.location if variant.origin else None)
@@ -245,7 +246,10 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], opti
     def on_job(record: dict) -> None:
         key = (record["variant"], record["suite"])
         seconds = time.monotonic() - started.get(key, time.monotonic())
-        store.record_job(run_id, key[0], key[1], record["status"], seconds, provenance(registry, key[0]), record["rows"])
+        origin = provenance(registry, key[0])
+        if record.get("ran_on"):
+            origin["ran_on"] = record["ran_on"]
+        store.record_job(run_id, key[0], key[1], record["status"], seconds, origin, record["rows"])
         finished[0] += 1
         status = "" if record["status"] == "done" else f"  {record['status'].upper()}: {record['rows'][-1]['detail']}"
         progress(_bar(finished[0], total, key, checks_per_suite[key[1]], checks_per_suite[key[1]]) + f" {seconds:6.1f} s{status}\n")

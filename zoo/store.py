@@ -126,6 +126,13 @@ class Store:
         frame["n"] = frame["n"].astype("Int64")
         return frame
 
+    def device_kinds(self, run_id: str) -> list[str]:
+        """The device kinds a run's jobs ran on: each job's own record (on a Ray cluster, not always the
+        machine that started the run), else the run's fingerprint."""
+        environment = self.environment(run_id)
+        kinds = {device_kind(p.get("ran_on") or environment) for p in self.jobs(run_id).provenance}
+        return sorted(kinds) or [device_kind(environment)]
+
     def jobs(self, run_id: str) -> pd.DataFrame:
         with closing(self._connect()) as db:
             frame = pd.read_sql_query("SELECT * FROM jobs WHERE run_id = ?", db, params=(run_id,))
@@ -150,7 +157,8 @@ def merge(target: Store, source_path: str | Path) -> list[str]:
 
 
 def device_kind(environment: dict) -> str:
-    """What a run's figures are comparable across: the GPU for cuda runs, else the CPU model."""
+    """What figures are comparable across: the GPU for cuda runs, else the CPU model (``environment``
+    is a run's fingerprint or a job's ``ran_on``)."""
     device = environment.get("device", "?")
     return device if device != "cpu" else f"cpu: {environment.get('cpu', '?')}"
 

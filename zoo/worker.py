@@ -19,11 +19,13 @@ from .profiles import Profile
 def run_jobs(spec: dict, out: IO[str]) -> None:
     import torch
 
+    from .environment import machine
     from .registry import load_registry
 
     profile = Profile.from_dict(spec["profile"])
     torch.set_num_threads(profile.threads)
     registry = load_registry(spec.get("plugins_dirs", []))
+    ran_on = machine(profile.device)
 
     def emit(record: dict) -> None:
         out.write(json.dumps(record) + "\n")
@@ -45,7 +47,7 @@ def run_jobs(spec: dict, out: IO[str]) -> None:
                     rows.append(Result(check.name, ERROR, detail=describe_exception(exc, spec.get("memory_limit_bytes"))))
             emit({"type": "check", "variant": variant.name, "suite": job["suite"], "check": check.name,
                   "seconds": time.perf_counter() - started, "rows": [r.as_dict() for r in rows]})
-        emit({"type": "job", "variant": variant.name, "suite": job["suite"]})
+        emit({"type": "job", "variant": variant.name, "suite": job["suite"], "ran_on": ran_on})
 
 
 def describe_exception(exc: BaseException, memory_limit: int | None = None) -> str:
