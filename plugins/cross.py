@@ -50,7 +50,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
 
 
 def torch_mha(need_weights: bool):
-    """A baseline: ``nn.MultiheadAttention(kdim=..., vdim=...)`` loaded with the same weights."""
+    """A baseline: ``nn.MultiheadAttention(kdim=..., vdim=...)`` sharing the same weights."""
 
     def build(module):
         mha = nn.MultiheadAttention(module.d_model, module.num_heads, kdim=module.kdim, vdim=module.vdim,
@@ -58,7 +58,7 @@ def torch_mha(need_weights: bool):
         state = module.state_dict()
         if mha._qkv_same_embed_dim:  # torch fuses the three projections when the widths agree
             state["in_proj_weight"] = torch.cat([state.pop(f"{x}_proj_weight") for x in "qkv"])
-        mha.load_state_dict(state)
+        mha.load_state_dict(state, assign=True)  # shares the tensors: no copy, and it works on any device
         mha.to(module.q_proj_weight.device, module.q_proj_weight.dtype).train(module.training)
 
         def run(query, key, value, attn_mask=None, is_causal=False):

@@ -7,6 +7,7 @@ Every check here is shown to fail on a deliberately broken variant in tests/suit
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 from torch.autograd.gradcheck import GradcheckError
@@ -59,9 +60,8 @@ def _reference_errors(variant, case: Case, seeds, dtype, device: str = "cpu", re
                 out = _call(module, case, q, k, v, mask)
             else:
                 out = module(q, k, v, attn_mask=mask, is_causal=case.causal)
-            if device != "cpu":
-                module, q, k, v = copy.deepcopy(module).cpu(), q.cpu(), k.cpu(), v.cpu()
-                mask = None if mask is None else mask.cpu()
+            module, q, k, v = copy.deepcopy(module).cpu(), q.cpu(), k.cpu(), v.cpu()  # copies on the run's device
+            mask = None if mask is None else mask.cpu()
             expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
         errors.append((relative_error(out.cpu(), expected), seed))
     return errors
@@ -265,23 +265,27 @@ def _placement_problem(exc: Exception) -> bool:
 
 
 def check_device_placement(variant, profile):
-    """Runs the variant on the meta device, which holds no data: any tensor the variant makes on the
-    CPU instead of its inputs' device meets a meta tensor and fails, as it would on a GPU. So a plugin
-    author without a GPU still learns whether the variant will run on one."""
+    """Runs the variant and its baselines on the meta device, which holds no data: any tensor made on
+    the CPU instead of the inputs' device meets a meta tensor and fails, as it would on a GPU. So a
+    plugin author without a GPU still learns whether the variant will run on one."""
     for case in cases_for(variant):
         module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 14)[0], torch.float32, device="meta")
-        try:
-            with torch.no_grad():
-                module(q, k, v, attn_mask=mask, is_causal=case.causal)
-        except (RuntimeError, NotImplementedError) as exc:
-            message = " ".join(str(exc).split())[:300]
-            if _placement_problem(exc):
-                yield Result("device-placement", FAILED, case.describe(), detail=f"a tensor stays on the CPU: {message}")
-            else:
-                yield Result("device-placement", SKIPPED, case.describe(),
-                             detail=f"not checkable on the meta device (a value read back, or an op meta lacks): {message}")
-            continue
-        yield Result("device-placement", PASSED, case.describe())
+        builders = {"": lambda: module, **{f" baseline {label}": functools.partial(make, module)
+                                           for label, make in variant.baselines.items()}}
+        for label, build in builders.items():
+            setting = case.describe() + label
+            try:
+                with torch.no_grad():
+                    build()(q, k, v, attn_mask=mask, is_causal=case.causal)
+            except (RuntimeError, NotImplementedError) as exc:
+                message = " ".join(str(exc).split())[:300]
+                if _placement_problem(exc):
+                    yield Result("device-placement", FAILED, setting, detail=f"a tensor stays on the CPU: {message}")
+                else:
+                    yield Result("device-placement", SKIPPED, setting,
+                                 detail=f"not checkable on the meta device (a value read back, or an op meta lacks): {message}")
+                continue
+            yield Result("device-placement", PASSED, setting)
 
 
 def check_deterministic(variant, profile):
