@@ -83,7 +83,8 @@ class FakeRay:
     ("cpu", 2, [{"CPU": 2.0}], None),
     ("cpu", 4, [{"CPU": 2.0}, {"CPU": 2.0}], "4 CPUs (--threads)"),  # no single node has four
     ("cuda", 2, [{"CPU": 16.0, "GPU": 1.0}], None),
-    ("cuda", 2, [{"CPU": 16.0}], "one GPU (--device cuda)"),
+    ("cuda", 2, [{"CPU": 16.0}], "2 CPUs (--threads) and one GPU (--device cuda)"),
+    ("cuda", 4, [{"CPU": 2.0, "GPU": 1.0}, {"CPU": 16.0}], "4 CPUs (--threads) and one GPU"),  # not on one node
 ])
 def test_a_job_no_node_can_hold_is_refused_instead_of_waiting_for_ever(device, threads, nodes, refused):
     from zoo.contract import OptionError

@@ -1,7 +1,7 @@
 """Run the same jobs on a Ray cluster (``zoo run-all --executor ray [--address ADDR]``).
 
 Each job (variant x suite) is one Ray task that asks for the resources it needs (the profile's CPU
-threads, or one GPU for a cuda run) and runs the job in a fresh worker process exactly as the local
+threads, and a whole GPU in a cuda run) and runs the job in a fresh worker process exactly as the local
 executor does; finished jobs stream back into the same store as Ray reports them. A Ray worker that
 dies gives that job an ``error`` row and the run goes on. Ray is an optional extra.
 """
@@ -55,10 +55,9 @@ class RayExecutor:
                  configure_logging=False, _temp_dir=str(temp_dir.resolve()))
 
     def job_resources(self) -> dict[str, float]:
-        """What one job asks Ray for: a whole GPU for a cuda job, else the profile's CPU threads."""
-        if self.options.profile.device == "cuda":
-            return {"num_cpus": 0, "num_gpus": 1}
-        return {"num_cpus": self.options.profile.threads, "num_gpus": 0}
+        """What one job asks Ray for: the profile's CPU threads (a cuda run's correctness references
+        and gradchecks run on them too), and a whole GPU for a cuda job, so no two share one."""
+        return {"num_cpus": self.options.profile.threads, "num_gpus": 1 if self.options.profile.device == "cuda" else 0}
 
     def check_cluster(self) -> None:
         """Ray keeps a task no node can hold pending for ever; refuse such a run with the reason instead."""
@@ -68,7 +67,7 @@ class RayExecutor:
         if any(all(node.get(kind, 0) >= amount for kind, amount in need.items()) for node in nodes):
             return
         cluster = f"the Ray cluster at {self.options.ray_address}" if self.options.ray_address else "the local Ray cluster"
-        asked = "one GPU (--device cuda)" if need["GPU"] else f"{need['CPU']:g} CPUs (--threads)"
+        asked = f"{need['CPU']:g} CPUs (--threads)" + (" and one GPU (--device cuda)" if need["GPU"] else "")
         offered = ", ".join(f"{n.get('CPU', 0):g} CPUs/{n.get('GPU', 0):g} GPUs" for n in nodes) or "no live node"
         raise OptionError(f"--executor ray: each job asks for {asked}, and no node of {cluster} has that (nodes: {offered})")
 
