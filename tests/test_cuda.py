@@ -88,3 +88,11 @@ def test_ray_gives_each_cuda_job_a_gpu(tmp_path):
     results, store = zoo_run(tmp_path, "--executor", "ray", "--filter", "dot-product", "--suite", "correctness")
     assert not results.empty and set(results.status) <= {"passed", "skipped"}
     assert all(p["ran_on"]["device"].startswith("cuda (") for p in store.jobs(store.latest_run()).provenance)
+
+
+def test_the_runner_names_the_gpu_without_holding_a_cuda_context():
+    code = ("import torch; from zoo.environment import fingerprint; from zoo.profiles import PROFILES; "
+            "device = fingerprint(PROFILES['smoke'], 'cuda')['device']; "
+            "print(device if not torch.cuda.is_initialized() else 'context created')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.startswith("cuda (") and "unavailable" not in out.stdout, out.stdout + out.stderr

@@ -8,6 +8,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
@@ -40,13 +41,25 @@ def git_commit() -> str:
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def device_label(device: str) -> str:
-    """'cpu', or the GPU's model for cuda ('cuda (NVIDIA H200)'): what timings are comparable across."""
+GPU_NAME = "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'unavailable')"
+
+
+def device_label(device: str, in_this_process: bool = True) -> str:
+    """'cpu', or the GPU's model for cuda ('cuda (NVIDIA H200)'): what timings are comparable across.
+
+    Asking CUDA for the name creates a CUDA context; the runner asks in a child process instead, so it
+    holds none (a GPU in exclusive-process mode admits a single process: the worker)."""
     if device == "cpu":
         return device
-    import torch
+    if in_this_process:
+        import torch
 
-    return f"{device} ({torch.cuda.get_device_name() if torch.cuda.is_available() else 'unavailable'})"
+        return f"{device} ({torch.cuda.get_device_name() if torch.cuda.is_available() else 'unavailable'})"
+    try:
+        name = subprocess.run([sys.executable, "-c", GPU_NAME], capture_output=True, text=True, timeout=120).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        name = ""
+    return f"{device} ({name or 'unavailable'})"
 
 
 def machine(device: str) -> dict[str, str]:
@@ -72,7 +85,7 @@ def fingerprint(profile, device: str) -> dict[str, str]:
         "cpu": cpu_model(),
         "cpu_count": str(os.cpu_count()),
         "threads": str(profile.threads),
-        "device": device_label(device),
+        "device": device_label(device, in_this_process=False),
         **({"cuda": str(torch.version.cuda)} if device == "cuda" else {}),
         "allocator": " ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()),
         "profile": profile.name,
