@@ -21,6 +21,17 @@ def test_blocks_take_any_variant_and_give_the_right_shapes(registry):
     assert vit(torch.randn(3, 1, 8, 8)).shape == (3, 5)
 
 
+def test_quality_models_keep_to_their_inputs_device(registry):
+    """On the meta device (the CI's stand-in for a GPU, where the quality suite trains in a cuda run)."""
+    from zoo.suites.quality import make_model
+
+    for name in registry.list_variants():
+        for task in default_tasks():
+            model = make_model(registry.variant(name), task, {**HP, "d_model": 16, "heads": 2}).to("meta")
+            inputs, _ = task.make(torch.Generator().manual_seed(0), 2)
+            assert model(inputs.to("meta")).device.type == "meta"
+
+
 def test_cross_attention_block_needs_the_capability(registry):
     block = TransformerBlock(registry.variant("cross"), 16, 2, cross=True)
     assert block(torch.randn(2, 5, 16), context=torch.randn(2, 9, 16)).shape == (2, 5, 16)
