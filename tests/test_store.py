@@ -81,10 +81,14 @@ def test_runs_from_several_machines_merge_and_render_one_leaderboard_per_device(
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     here, there = Store(tmp_path / "a" / "results.sqlite"), Store(tmp_path / "b" / "results.sqlite")
-    for store, environment in ((here, {"device": "cpu", "cpu": "AMD EPYC"}), (there, {"device": "cuda (NVIDIA H200)"})):
+    for store, environment, ratio in ((here, {"device": "cpu", "cpu": "AMD EPYC"}, 1.25),
+                                      (there, {"device": "cuda (NVIDIA H200)"}, 0.75)):
         run = store.start_run({"name": "quick", "reference_length": 64}, environment, "2026-01-01 00:00:00")
         store.record_job(run, "dot-product", "correctness", "done", 0.1, {"plugin": "dot_product", "card": {}},
                          [{"check": "reference-float64", "status": "passed", "setting": "s"}])
+        store.record_job(run, "dot-product", "speed", "done", 0.1, {"plugin": "dot_product", "card": {}},
+                         [{"check": "x-torch-sdpa", "status": "measured", "value": ratio, "n": 64, "mode": "full",
+                           "phase": "fwd+bwd"}])
     merged = subprocess.run([sys.executable, "-m", "zoo", "merge", str(tmp_path / "b" / "results.sqlite"),
                              "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
     assert merged.returncode == 0 and "merged 1 run" in merged.stderr
@@ -97,6 +101,8 @@ def test_runs_from_several_machines_merge_and_render_one_leaderboard_per_device(
     assert rendered.returncode == 0, rendered.stderr
     index = (tmp_path / "a" / "by-device" / "README.md").read_text()
     assert "cpu: AMD EPYC" in index and "cuda (NVIDIA H200)" in index
+    side_by_side = index.split("## Side by side", 1)[1]
+    assert "| dot-product" in side_by_side and "1.25x" in side_by_side and "0.75x" in side_by_side
     assert len(list((tmp_path / "a" / "by-device").glob("*/README.md"))) == 2
 
 
