@@ -110,9 +110,9 @@ def cmd_run(args) -> int:
     if args.device not in ("cpu", "cuda"):
         raise OptionError(f"--device: expected cpu or cuda, got {args.device!r}")
     lengths = _parse_lengths(args.lengths)
-    profile = profile.with_overrides(threads=args.threads, device=args.device, speed_d_model=args.d_model,
-                                     speed_heads=args.heads, variant_options=_parse_options(args.option),
-                                     repeats=args.repeats, speed_lengths=lengths, complexity_lengths=lengths,
+    profile = profile.with_overrides(threads=args.threads, device=args.device, dtype=args.dtype,
+                                     speed_d_model=args.d_model, speed_heads=args.heads,
+                                     variant_options=_parse_options(args.option), repeats=args.repeats, speed_lengths=lengths, complexity_lengths=lengths,
                                      reference_length=max(lengths) if lengths and profile.reference_length not in lengths else None)
     out = _writable_dir(args.out)
     registry = _registry(args)
@@ -408,6 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="local worker processes (default) or a Ray cluster (pip install 'attention-zoo[ray]')")
     run_options.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local one)")
     run_options.add_argument("--threads", type=_positive(int), help="torch threads (default: the profile's, 2)")
+    run_options.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                             help="dtype of the complexity and speed suites' tensors (default float32)")
     run_options.add_argument("--d-model", type=_positive(int), help="model width of the timed shapes (default 512)")
     run_options.add_argument("--heads", type=_positive(int), help="heads of the timed shapes (default 8)")
     run_options.add_argument("--lengths", metavar="N,N,...", help="sequence lengths for the ladders (default: the profile's)")

@@ -143,7 +143,7 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
         f"Only variants that pass every applicable correctness check are ranked, by forward+backward time "
         f"relative to torch SDPA on the same shapes (non-causal, n = {reference_n}, batch "
         f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
-        f"float32, {settings.get('threads')} threads); lower is better. Variants not timed at that length come last.",
+        f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads); lower is better. Variants not timed at that length come last.",
         "",
     ]
     ranked, unranked = [], []
@@ -250,7 +250,7 @@ def _complexity_section(results, cards, variants, settings) -> list[str]:
             "Exponents fitted on log-log over the three largest lengths measured (FLOPs by FlopCounterMode with "
             "formulas for torch's fused CPU attention; peak live tensor memory by a dispatch mode). The verdict "
             "uses FLOPs and memory only (deterministic); the time exponent is from the speed suite. Shapes: batch 1, "
-            f"d_model {settings.get('complexity_d_model')}, {settings.get('complexity_heads')} head(s), float32.",
+            f"d_model {settings.get('complexity_d_model')}, {settings.get('complexity_heads')} head(s), {settings.get('dtype', 'float32')}.",
             "", _table(pd.DataFrame(rows)), ""]
 
 

@@ -16,6 +16,7 @@ class Profile:
     seed: int = 0
     device: str = "cpu"
     threads: int = 2
+    dtype: str = "float32"  # of the complexity and speed suites' tensors (--dtype); correctness tests every dtype
     # correctness: random cases per check, on small shapes
     cases: int = 3
     # complexity (FLOPs, memory): one head of 64, where the additive baseline still fits in memory
@@ -24,7 +25,7 @@ class Profile:
     complexity_lengths: tuple[int, ...] = (256, 512, 1024, 2048)
     complexity_modes: tuple[str, ...] = ("full", "causal")
     complexity_budget_seconds: float = 5.0
-    # speed: batch 1, 8 heads of 64, float32
+    # speed: batch 1, 8 heads of 64
     speed_batch: int = 1
     speed_d_model: int = 512
     speed_heads: int = 8

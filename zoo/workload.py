@@ -35,17 +35,19 @@ def _workload(call: Callable[[], torch.Tensor], grad_out: torch.Tensor, leaves: 
 
 
 def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, heads: int, n: int, causal: bool,
-                             seed: int, device: str = "cpu", baselines: bool = True) -> dict[str, Workload]:
-    """Self-attention on one (batch, n, d_model) float32 input: the variant (under its own name),
+                             seed: int, device: str = "cpu", dtype: str = "float32",
+                             baselines: bool = True) -> dict[str, Workload]:
+    """Self-attention on one (batch, n, d_model) input of ``dtype``: the variant (under its own name),
     ``torch-sdpa`` on the same (batch, heads, n, d_model / heads) shapes, and each baseline."""
     torch.manual_seed(seed)
-    module = build(variant, d_model=d_model, num_heads=heads).to(device)
-    x = torch.randn(batch, n, d_model, device=device, requires_grad=True)
-    grad_out = torch.randn(batch, n, d_model, device=device)
+    dtype = getattr(torch, dtype)
+    module = build(variant, d_model=d_model, num_heads=heads).to(device=device, dtype=dtype)
+    x = torch.randn(batch, n, d_model, device=device, dtype=dtype, requires_grad=True)
+    grad_out = torch.randn(batch, n, d_model, device=device, dtype=dtype)
     params = [p for p in module.parameters() if p.requires_grad]
     loads = {variant.name: _workload(lambda: module(x, x, x, is_causal=causal), grad_out, [x, *params])}
 
-    heads_in = torch.randn(batch, heads, n, d_model // heads, device=device, requires_grad=True)
+    heads_in = torch.randn(batch, heads, n, d_model // heads, device=device, dtype=dtype, requires_grad=True)
     heads_grad = torch.randn_like(heads_in)
     loads[SDPA] = _workload(lambda: F.scaled_dot_product_attention(heads_in, heads_in, heads_in, is_causal=causal),
                             heads_grad, [heads_in])

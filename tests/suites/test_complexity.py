@@ -42,3 +42,15 @@ def test_memory_against_baseline_is_reported(registry):
     _, rows = rows_by_check(registry.variant("additive"))
     ratios = [r for r in rows if r.check == "memory-vs-naive-broadcast"]
     assert ratios and all(0 < r.value < 1 for r in ratios if r.n >= 128)
+
+
+def test_half_precision_halves_the_memory_and_keeps_the_flops(registry):
+    variant = registry.variant("dot-product")
+    full, half = (list(run_complexity(variant, PROFILE.with_overrides(dtype=dtype))) for dtype in ("float32", "float16"))
+
+    def counted(rows, check):
+        return {(r.mode, r.phase, r.n): r.value for r in rows if r.check == check}
+
+    assert counted(full, "flops") == counted(half, "flops")
+    ratios = [counted(half, "memory")[k] / v for k, v in counted(full, "memory").items()]
+    assert ratios and all(abs(r - 0.5) < 0.05 for r in ratios), ratios

@@ -21,3 +21,10 @@ def test_approximation_error_is_measured_for_approximations_only(registry):
     assert check.applies(registry.variant("dot-product").tags) is not None
     rows = list(run_approximation_error(registry.variant("linear"), PROFILE))
     assert len(rows) == len(PROFILE.speed_lengths) and all(0 < r.value < 10 for r in rows)
+
+
+def test_a_bfloat16_run_times_bfloat16_tensors_and_says_so(registry):
+    rows = list(run_speed(registry.variant("dot-product"), PROFILE.with_overrides(dtype="bfloat16")))
+    peak = next(r for r in rows if r.check == "matmul-peak")
+    assert peak.setting.startswith("bfloat16") and peak.value > 0
+    assert {r.n for r in rows if r.check == "time"} == set(PROFILE.speed_lengths)

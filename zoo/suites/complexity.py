@@ -54,7 +54,8 @@ def measure(variant, profile):
                 continue
             loads = self_attention_workloads(  # baselines are compared in the non-causal mode only
                 variant, batch=1, d_model=profile.complexity_d_model, heads=profile.complexity_heads,
-                n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, baselines=mode == "full",
+                n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
+                baselines=mode == "full",
             )
             for who, load in loads.items():
                 if not ladder.allows(who, n):

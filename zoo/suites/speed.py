@@ -37,9 +37,9 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=None)
-def matmul_peak(threads: int, device: str = "cpu", size: int = 2048) -> float:
-    """This device's float32 matmul rate in FLOP/s, measured now: the ceiling for '% of peak'."""
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+def matmul_peak(threads: int, device: str = "cpu", dtype: str = "float32", size: int = 2048) -> float:
+    """This device's matmul rate in ``dtype`` in FLOP/s, measured now: the ceiling for '% of peak'."""
+    a, b = (torch.randn(size, size, device=device, dtype=getattr(torch, dtype)) for _ in range(2))
     seconds = Timer("a @ b", globals={"a": a, "b": b}, num_threads=threads).blocked_autorange(min_run_time=0.3).median
     return 2 * size ** 3 / seconds
 
@@ -64,9 +64,9 @@ def _time_round_robin(fns: dict[str, callable], profile) -> dict[str, list[float
 
 def run_speed(variant, profile):
     torch.set_num_threads(profile.threads)
-    peak = matmul_peak(profile.threads, profile.device)
+    peak = matmul_peak(profile.threads, profile.device, profile.dtype)
     where = f"{profile.threads} threads" if profile.device == "cpu" else profile.device
-    yield Result("matmul-peak", MEASURED, f"float32 2048x2048 matmul, {where}", peak / 1e9, "GFLOP/s")
+    yield Result("matmul-peak", MEASURED, f"{profile.dtype} 2048x2048 matmul, {where}", peak / 1e9, "GFLOP/s")
     yield Result("allocator", MEASURED, detail=allocator_setting())
     modes = [m for m in profile.speed_modes if m == "full" or variant.tags.supports_causal]
     for mode in modes:
@@ -79,7 +79,7 @@ def run_speed(variant, profile):
                 continue
             loads = self_attention_workloads(
                 variant, batch=profile.speed_batch, d_model=profile.speed_d_model, heads=profile.speed_heads,
-                n=n, causal=mode == "causal", seed=profile.seed, device=profile.device,
+                n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
             )
             loads = {who: load for who, load in loads.items() if ladder.allows(who, n)}
             for phase in PHASES:
