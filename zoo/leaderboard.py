@@ -247,10 +247,11 @@ def _complexity_section(results, cards, variants, settings) -> list[str]:
                 "FLOP crossover with SDPA": "" if cross is None else f"n = {cross:.0f}",
             })
     return ["## Complexity", "",
-            "Exponents fitted on log-log over the three largest lengths measured (FLOPs by FlopCounterMode with "
-            "formulas for torch's fused CPU attention; peak live tensor memory by a dispatch mode). The verdict "
+            "Exponents fitted on log-log over the three largest lengths measured (FLOPs by FlopCounterMode, "
+            "fused attention kernels included; peak live tensor memory by a dispatch mode). The verdict "
             "uses FLOPs and memory only (deterministic); the time exponent is from the speed suite. Shapes: batch 1, "
-            f"d_model {settings.get('complexity_d_model')}, {settings.get('complexity_heads')} head(s), {settings.get('dtype', 'float32')}.",
+            f"d_model {settings.get('complexity_d_model')}, {settings.get('complexity_heads')} head(s), "
+            f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.",
             "", _table(pd.DataFrame(rows)), ""]
 
 
