@@ -16,6 +16,25 @@ ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "10000000000
 memory-hungry variants do not pay page faults on every call."""
 
 
+CACHE_FOLDERS = {
+    "TORCH_HOME": "torch", "TORCH_EXTENSIONS_DIR": "torch/extensions", "TORCHINDUCTOR_CACHE_DIR": "torch/inductor",
+    "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda",
+}
+
+
+def zoo_cache_dir() -> Path:
+    """The zoo's own cache folder: $XDG_CACHE_HOME/zoo, else ~/.cache/zoo."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zoo"
+
+
+def cache_env() -> dict[str, str]:
+    """Environment for a worker: torch's caches (hub downloads, compiled extensions, inductor, Triton,
+    the CUDA JIT) in the zoo's cache folder of the machine it runs on, not scattered in the home
+    folder; a variable the user has set is left alone."""
+    root = zoo_cache_dir()
+    return {name: str(root / folder) for name, folder in CACHE_FOLDERS.items() if name not in os.environ}
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

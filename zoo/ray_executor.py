@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .contract import OptionError
+from .environment import zoo_cache_dir
 from .runner import Job, RunOptions, error_job, run_in_worker
 
 INSTALL_HINT = "pip install 'attention-zoo[ray]'"
@@ -46,7 +47,7 @@ class RayExecutor:
             return
         # A local cluster for this run, its files in the output folder's scratch space, or the zoo's own
         # cache folder when that path is too long for Ray's unix sockets (about 107 characters in all).
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "zoo"
+        cache = zoo_cache_dir()
         candidates = [Path(self.options.scratch_dir)] if self.options.scratch_dir else []
         temp_dir = next((p for p in [*candidates, cache] if len(str(p.resolve())) < MAX_TEMP_PATH), None)
         temp_dir = temp_dir / "ray" if temp_dir else Path(tempfile.mkdtemp(prefix="zoo-ray-"))

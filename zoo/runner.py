@@ -25,7 +25,7 @@ from typing import Callable, Iterable
 
 from .checks import ERROR
 from .contract import OptionError
-from .environment import ALLOCATOR_ENV
+from .environment import ALLOCATOR_ENV, cache_env
 from .profiles import Profile
 from .registry import Registry, source_hash
 from .store import Store
@@ -106,7 +106,7 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
             "memory_limit_bytes": options.memory_limit_bytes,
         }))
         out_path.touch()
-        env = {**os.environ, **ALLOCATOR_ENV, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **ALLOCATOR_ENV, **cache_env(), "PYTHONUNBUFFERED": "1"}
         with open(log_path, "w") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "zoo.worker", str(spec_path), str(out_path)],

@@ -1,0 +1,51 @@
+"""What a run records about its machine, and where workers keep torch's caches."""
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+
+from zoo.environment import CACHE_FOLDERS, cache_env
+
+ENV_PROBE = '''
+import os
+import zoo
+from zoo.checks import Result
+
+
+def probe(variant, profile):
+    for name in sorted(zoo.environment.CACHE_FOLDERS):
+        yield Result("cache-folder", "measured", name, detail=os.environ.get(name, "unset"))
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(zoo.Check("env-probe", "env-probe", "where a worker keeps torch's caches", probe))
+'''
+
+
+def test_torch_caches_go_to_the_zoo_cache_folder_unless_the_user_chose(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for name in CACHE_FOLDERS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCH_HOME", "/my/own/torch")
+    env = cache_env()
+    assert "TORCH_HOME" not in env
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "zoo" / "triton")
+    assert all(path.startswith(str(tmp_path / "zoo")) for path in env.values())
+
+
+def test_a_worker_runs_with_those_folders(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "env_probe.py").write_text(ENV_PROBE)
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_FOLDERS}
+    done = subprocess.run([sys.executable, "-m", "zoo", "run", "dot-product", "--suite", "env-probe", "--profile", "smoke",
+                           "--plugins-dir", str(plugins), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300, env={**env, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    results = pd.read_csv(tmp_path / "out" / "results.csv")
+    folders = results[results.check == "cache-folder"].set_index("setting").detail
+    assert set(folders.index) == set(CACHE_FOLDERS)
+    assert all(path.startswith(str(tmp_path / "cache" / "zoo")) for path in folders), folders.to_dict()
