@@ -75,7 +75,8 @@ def device_label(device: str, in_this_process: bool = True) -> str:
 
         return f"{device} ({torch.cuda.get_device_name() if torch.cuda.is_available() else 'unavailable'})"
     try:
-        name = subprocess.run([sys.executable, "-c", GPU_NAME], capture_output=True, text=True, timeout=120).stdout.strip()
+        name = subprocess.run([sys.executable, "-c", GPU_NAME], capture_output=True, text=True,
+                              timeout=120).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         name = ""
     return f"{device} ({name or 'unavailable'})"

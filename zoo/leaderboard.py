@@ -92,7 +92,8 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
 
 def _ran_on(jobs: pd.DataFrame) -> dict[str, str]:
     """Where the jobs ran, as recorded by each job: the machine(s) and device, with job counts."""
-    places = Counter(f"{p['ran_on'].get('host')}, {device_kind(p['ran_on'])}" for p in jobs.provenance if p.get("ran_on"))
+    places = Counter(f"{p['ran_on'].get('host')}, {device_kind(p['ran_on'])}"
+                     for p in jobs.provenance if p.get("ran_on"))
     return {"ran on": "; ".join(f"{place} ({count} jobs)" for place, count in sorted(places.items()))} if places else {}
 
 
@@ -143,7 +144,8 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
         f"Only variants that pass every applicable correctness check are ranked, by forward+backward time "
         f"relative to torch SDPA on the same shapes (non-causal, n = {reference_n}, batch "
         f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
-        f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads); lower is better. Variants not timed at that length come last.",
+        f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads); lower is better. "
+        "Variants not timed at that length come last.",
         "",
     ]
     ranked, unranked = [], []
