@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import good_plugin
+from zoo.leaderboard import render
 from zoo.store import Store
 
 pytest.importorskip("ray", reason="the Ray executor is an optional extra: pip install 'attention-zoo[ray]'")
@@ -35,6 +36,11 @@ def test_ray_gives_the_same_verdicts_and_exponents_as_local_in_the_same_store(tm
     exponents = [f[f.check.isin(["flops-exponent", "memory-exponent"])].set_index(key).value.sort_index() for f in (local, ray)]
     pd.testing.assert_series_equal(*exponents)
     assert exponents[0].notna().all(), exponents[0]  # every mode climbed far enough to fit an exponent
+    boards = []
+    for run_id in store.runs().run_id:  # the same leaderboard, run header aside
+        render(store, run_id, tmp_path / run_id)
+        boards.append((tmp_path / run_id / "README.md").read_text().split("## Leaderboard", 1)[1])
+    assert boards[0] == boards[1]
 
 
 def test_a_killed_ray_worker_gives_an_error_row_and_the_run_goes_on(tmp_path):
