@@ -1,5 +1,6 @@
 """The Ray executor runs the same jobs as the local one, into the same store, against a local Ray."""
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,12 @@ def test_a_job_no_node_can_hold_is_refused_instead_of_waiting_for_ever(device, t
     with pytest.raises(OptionError, match="no node of the local Ray cluster") as error:
         executor.check_cluster()
     assert refused in str(error.value)
+
+
+def test_an_address_where_nothing_listens_fails_at_once_without_starting_a_run(tmp_path):
+    with socket.socket() as probe:  # a port nothing listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        done = run(tmp_path, "dot-product", "--executor", "ray", "--address", f"127.0.0.1:{port}")
+    assert done.returncode == 2 and f"--address 127.0.0.1:{port}: nothing answers there" in done.stderr
+    assert not (tmp_path / "results.sqlite").exists()

@@ -119,9 +119,11 @@ def cmd_run(args) -> int:
     names = _select(registry, args)
     _check_variant_settings(registry, names, profile)
     if args.executor == "ray":
-        from .ray_executor import require_ray
+        from .ray_executor import check_reachable, require_ray
 
         require_ray()
+        if args.address:
+            check_reachable(args.address)
     elif args.address:
         raise OptionError("--address: only used with --executor ray")
     suites = args.suite or [s for s in registry.suites() if s in profile.default_suites or s not in _BUILTIN_SUITES]

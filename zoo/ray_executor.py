@@ -9,6 +9,7 @@ dies gives that job an ``error`` row and the run goes on. Ray is an optional ext
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -35,6 +36,19 @@ def _run_job(job: Job, options: RunOptions) -> list[tuple[str, dict]]:
     return records
 
 
+def check_reachable(address: str) -> None:
+    """Fail in seconds when nothing listens at a host:port address (Ray itself retries for minutes)."""
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return  # 'auto' and other forms: Ray judges them
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise OptionError(f"--address {address}: nothing answers there ({exc}); `ray status` on the cluster's "
+                          "head node shows its address, and --address auto finds a cluster started on this machine"
+                          ) from None
+
+
 class RayExecutor:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
@@ -43,7 +57,14 @@ class RayExecutor:
     def _start(self):
         ray = self.ray
         if self.options.ray_address:
-            ray.init(address=self.options.ray_address, log_to_driver=False, configure_logging=False)
+            try:
+                ray.init(address=self.options.ray_address, log_to_driver=False, configure_logging=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                reason = " ".join(str(exc).split())[:300]
+                raise OptionError(
+                    f"--address {self.options.ray_address}: no Ray cluster could be reached there ({reason}); "
+                    "`ray status` on its head node shows the address, and --address auto finds a cluster "
+                    "started on this machine") from None
             return
         # A local cluster for this run, its files in the output folder's scratch space, or the zoo's own
         # cache folder when that path is too long for Ray's unix sockets (about 107 characters in all).
