@@ -52,8 +52,10 @@ def test_speed_records_the_cuda_sdpa_kernel_and_synchronised_times(smoke_run):
 
 
 def test_complexity_counts_cuda_kernels_and_reads_the_allocator(smoke_run):
-    results, _ = smoke_run
+    results, store = smoke_run
     assert (results[results.check == "cuda-allocator-peak"].value > 0).all()
+    readme = (store.path.parent / "README.md").read_text()
+    assert "### GPU memory" in readme and "_for_cpu" not in readme
     exponent = results[(results.variant == "dot-product") & (results.check == "flops-exponent")]
     assert set(exponent.status) == {"passed"} and (exponent.value > 1.75).all()  # the fused kernels are counted
 

@@ -1,5 +1,7 @@
 """Plugin text cannot break the Markdown tables or inject markup; ranking is correctness-gated."""
 
+import re
+
 import pandas as pd
 
 from zoo.leaderboard import cell, gate
@@ -22,3 +24,34 @@ def test_gate_lists_correctness_failures_and_errors_only():
     assert failing["good"] == []
     assert failing["bad"] == ["correctness/causal-leak: leak [s]"]
     assert failing["crashy"] == ["speed/worker: crashed"]
+
+
+def _gpu_run(tmp_path):
+    """A stored cuda run with what a GPU records: the kernels that ran and the allocator's peaks."""
+    from zoo.store import Store
+
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run({"name": "quick", "reference_length": 64, "dtype": "bfloat16", "device": "cuda"},
+                          {"device": "cuda (NVIDIA H200)"}, "2026-01-01 00:00:00")
+    where = {"n": 64, "mode": "full", "phase": "fwd+bwd"}
+    store.record_job(run, "dot-product", "speed", "done", 1.0, {"card": {}}, [
+        {"check": "gflops", "status": "measured", "value": 50.0, **where},
+        {"check": "peak-fraction", "status": "measured", "value": 0.1, **where},
+        {"check": "tokens-per-s", "status": "measured", "value": 1e6, **where},
+        {"check": "sdpa-backend", "status": "measured", **where, "detail": "aten._scaled_dot_product_flash_attention."
+         "default, aten._scaled_dot_product_flash_attention_backward.default"}])
+    store.record_job(run, "dot-product", "complexity", "done", 1.0, {"card": {}}, [
+        {"check": "cuda-allocator-peak", "status": "measured", "value": 3 * 2 ** 20, **where},
+        {"check": "memory", "status": "measured", "value": 2 * 2 ** 20, **where}])
+    return store, run
+
+
+def test_a_gpu_run_shows_its_kernels_allocator_peaks_and_dtype(tmp_path):
+    from zoo.leaderboard import render
+
+    store, run = _gpu_run(tmp_path)
+    readme = render(store, run, tmp_path / "board")[0].read_text()
+    assert "flash_attention (+ backward)" in readme
+    gpu = readme.split("### GPU memory", 1)[1].split("## Speed", 1)[0]
+    assert re.search(r"\| dot-product \| full +\| fwd\+bwd \| +64 \| +3 \| +2 \|", gpu), gpu
+    assert "Bfloat16 matmul peak" in readme

@@ -181,7 +181,7 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
     lines += _correctness_section(results, variants)
     lines += ["## Capabilities", "", _capabilities(cards, variants), ""]
     lines += _complexity_section(results, cards, variants, settings)
-    lines += _speed_section(results, variants, reference_n)
+    lines += _speed_section(results, variants, reference_n, settings.get("dtype", "float32"))
     lines += _quality_section(results, variants, reference_n)
     lines += _targets_section(results, cards, variants)
     if plots:
@@ -254,10 +254,39 @@ def _complexity_section(results, cards, variants, settings) -> list[str]:
             "uses FLOPs and memory only (deterministic); the time exponent is from the speed suite. Shapes: batch 1, "
             f"d_model {settings.get('complexity_d_model')}, {settings.get('complexity_heads')} head(s), "
             f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.",
-            "", _table(pd.DataFrame(rows)), ""]
+            "", _table(pd.DataFrame(rows)), "", *_allocator_section(results, variants)]
 
 
-def _speed_section(results, variants, ref) -> list[str]:
+def _allocator_section(results, variants) -> list[str]:
+    """On a GPU: the CUDA caching allocator's peak at the largest length, beside the counted peak."""
+    peaks = results[results.check == "cuda-allocator-peak"].dropna(subset=["n"])
+    if peaks.empty:
+        return []
+    rows = []
+    for (variant, mode, phase), group in peaks.groupby(["variant", "mode", "phase"], sort=False):
+        n = int(group.n.max())
+        rows.append({"variant": variant, "mode": mode, "pass": phase, "n": n,
+                     "CUDA allocator peak (MiB)": _value(results, variant, "cuda-allocator-peak", mode, phase, n) / 2 ** 20,
+                     "counted peak (MiB)": (_value(results, variant, "memory", mode, phase, n) or 0) / 2 ** 20})
+    rows.sort(key=lambda r: (variants.index(r["variant"]) if r["variant"] in variants else len(variants), r["mode"]))
+    return ["### GPU memory", "",
+            "The CUDA caching allocator's peak during one call above what was allocated before it, at the "
+            "largest length measured; the counted peak is the dispatch mode's figure the exponents use.", "",
+            _table(pd.DataFrame(rows)), ""]
+
+
+def _kernels(results, variant, mode, phase, n) -> str:
+    """The fused attention kernels a timed call ran (its sdpa-backend row), without aten's decorations."""
+    rows = results[(results.variant == variant) & (results.check == "sdpa-backend") & (results["mode"] == mode)
+                   & (results.phase == phase) & (results.n == n)].detail.dropna()
+    if rows.empty:
+        return ""
+    names = [re.sub(r"^aten\._scaled_dot_product_|\.default$", "", op.strip()) for op in rows.iloc[-1].split(",")]
+    forward = [name for name in names if not name.endswith("_backward")]
+    return ", ".join(name + (" (+ backward)" if f"{name}_backward" in names else "") for name in forward)
+
+
+def _speed_section(results, variants, ref, dtype: str) -> list[str]:
     speed = results[(results.suite == "speed") & (results.check == "time")]
     lengths = sorted(int(n) for n in speed.n.dropna().unique())
     rows = []
@@ -291,13 +320,14 @@ def _speed_section(results, variants, ref) -> list[str]:
                 if g is not None:
                     rates.append({"variant": variant, "mode": mode, "pass": phase, f"GFLOP/s at n={ref}": f"{g:.3g}",
                                   "% of matmul peak": f"{100 * _value(results, variant, 'peak-fraction', mode, phase, ref):.3g}",
-                                  "tokens/s": f"{_value(results, variant, 'tokens-per-s', mode, phase, ref):.3g}"})
+                                  "tokens/s": f"{_value(results, variant, 'tokens-per-s', mode, phase, ref):.3g}",
+                                  "fused attention kernels": _kernels(results, variant, mode, phase, ref)})
     peak = results[results.check == "matmul-peak"].value
     peak_text = f"{peak.median():.3g} GFLOP/s (median over the run's workers)" if not peak.empty else "not measured"
     return ["## Speed", "",
             "Median time per call over interleaved rounds (± interquartile range) and, in brackets, the ratio "
             "to torch SDPA on the same shapes measured in the same process (median of per-round ratios). "
-            f"Float32 matmul peak of this machine in this run: {peak_text}.", "",
+            f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.", "",
             _table(pd.DataFrame(rows)), "", "### Against each variant's own baselines", "",
             _table(pd.DataFrame(extra)), "", "### Achieved rate", "", _table(pd.DataFrame(rates)), ""]
 
