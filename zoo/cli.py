@@ -408,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_options.add_argument("--resume", action="store_true", help="finish the last interrupted run in --out")
     run_options.add_argument("--executor", choices=("local", "ray"), default="local",
                              help="local worker processes (default) or a Ray cluster (pip install 'attention-zoo[ray]')")
-    run_options.add_argument("--address", help="with --executor ray: the cluster's address (default: start a local one)")
+    run_options.add_argument("--address", help="with --executor ray: the cluster's HOST:PORT, or auto for one "
+                                                "running here (default: start a local one)")
     run_options.add_argument("--threads", type=_positive(int), help="torch threads (default: the profile's, 2)")
     run_options.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                              help="dtype of the complexity and speed suites' tensors (default float32)")
