@@ -30,3 +30,13 @@ def test_timed_without_cuda_in_use_just_reads_the_clock(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: (_ for _ in ()).throw(AssertionError("synchronized")))
     assert timed(lambda: sum(range(1000))) >= 0
+
+
+def test_climb_stops_at_the_budget_and_names_the_lengths_it_left_out():
+    ladder = Ladder(budget_seconds=1.0, exponent=2)
+    climbed = []
+    for n in ladder.climb("slow", [256, 512, 1024, 2048]):
+        climbed.append(n)
+        ladder.record("slow", n, 0.3 if n == 256 else 10.0)  # judged after each record
+    assert climbed == [256] and ladder.skipped == [512, 1024, 2048]
+    assert ladder.skipped_note("timed") == "n=512, 1024, 2048 not timed: predicted over the 1 s per-call budget"

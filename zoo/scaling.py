@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -28,6 +28,21 @@ class Ladder:
     def __init__(self, budget_seconds: float, exponent: float = 2.0) -> None:
         self.budget, self.exponent = budget_seconds, exponent
         self.last: dict[str, tuple[int, float]] = {}
+        self.skipped: list[int] = []  # lengths climb() left out for its callable
+
+    def climb(self, who: str, lengths: Sequence[int]) -> Iterator[int]:
+        """The lengths ``who`` may still be measured at, each judged after the previous one was recorded;
+        the others are kept in ``skipped``."""
+        for n in lengths:
+            if self.allows(who, n):
+                yield n
+            else:
+                self.skipped.append(n)
+
+    def skipped_note(self, verb: str) -> str:
+        """'n=4096, 8192 not <verb>: predicted over the 5 s per-call budget'."""
+        lengths = ", ".join(map(str, self.skipped))
+        return f"n={lengths} not {verb}: predicted over the {self.budget:g} s per-call budget"
 
     def allows(self, who: str, n: int) -> bool:
         if who not in self.last:

@@ -21,6 +21,11 @@ class Workload:
     train_step: Callable[[], None]
 
 
+def modes_for(variant: Variant, modes: tuple[str, ...]) -> list[str]:
+    """The profile's attention modes the variant can run: 'causal' only where it supports it."""
+    return [m for m in modes if m == "full" or variant.tags.supports_causal]
+
+
 def _workload(call: Callable[[], torch.Tensor], grad_out: torch.Tensor, leaves: list[torch.Tensor]) -> Workload:
     def forward():
         with torch.no_grad():

@@ -16,7 +16,7 @@ import zoo
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
 from zoo.scaling import Ladder, fit_exponent, timed
-from zoo.workload import SDPA, self_attention_workloads
+from zoo.workload import SDPA, modes_for, self_attention_workloads
 
 SUITE = "complexity"
 EXPONENT_TOLERANCE = 0.25
@@ -44,14 +44,9 @@ def measure(variant, profile):
     """Counts per (who, mode, phase): {n: (flops, bytes)}, for the variant, SDPA and its baselines."""
     table: dict[tuple[str, str, str], dict[int, tuple[int, int]]] = {}
     extra: list[Result] = []  # skipped lengths, and the CUDA allocator's peaks on a GPU
-    modes = [m for m in profile.complexity_modes if m == "full" or variant.tags.supports_causal]
-    for mode in modes:
+    for mode in modes_for(variant, profile.complexity_modes):
         ladder = Ladder(profile.complexity_budget_seconds)
-        beyond = []
-        for n in profile.complexity_lengths:
-            if not ladder.allows(variant.name, n):
-                beyond.append(n)
-                continue
+        for n in ladder.climb(variant.name, profile.complexity_lengths):
             loads = self_attention_workloads(  # baselines are compared in the non-causal mode only
                 variant, batch=1, d_model=profile.complexity_d_model, heads=profile.complexity_heads,
                 n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
@@ -72,10 +67,8 @@ def measure(variant, profile):
                         extra.append(Result(f"{'' if who == variant.name else who + '-'}cuda-allocator-peak", MEASURED,
                                             f"{mode} {phase} n={n}", allocator_peak, "bytes", n=n, mode=mode, phase=phase))
                 ladder.record(who, n, slowest)
-        if beyond:
-            extra.append(Result("ladder", SKIPPED, mode, detail=(
-                f"n={', '.join(map(str, beyond))} not measured: predicted over the "
-                f"{profile.complexity_budget_seconds:g} s per-call budget"), mode=mode))
+        if ladder.skipped:
+            extra.append(Result("ladder", SKIPPED, mode, detail=ladder.skipped_note("measured"), mode=mode))
     return table, extra
 
 

@@ -17,7 +17,7 @@ import zoo
 from zoo.checks import MEASURED, SKIPPED, Check, Result
 from zoo.measure import count_flops
 from zoo.scaling import Ladder, fit_exponent, timed
-from zoo.workload import SDPA, self_attention_workloads
+from zoo.workload import SDPA, modes_for, self_attention_workloads
 
 SUITE = "speed"
 PHASES = ("fwd", "fwd+bwd")
@@ -68,15 +68,10 @@ def run_speed(variant, profile):
     where = f"{profile.threads} threads" if profile.device == "cpu" else profile.device
     yield Result("matmul-peak", MEASURED, f"{profile.dtype} 2048x2048 matmul, {where}", peak / 1e9, "GFLOP/s")
     yield Result("allocator", MEASURED, detail=allocator_setting())
-    modes = [m for m in profile.speed_modes if m == "full" or variant.tags.supports_causal]
-    for mode in modes:
+    for mode in modes_for(variant, profile.speed_modes):
         medians: dict[str, dict[str, dict[int, float]]] = {phase: {} for phase in PHASES}
         ladder = Ladder(profile.call_budget_seconds)
-        beyond = []
-        for n in profile.speed_lengths:
-            if not ladder.allows(variant.name, n):
-                beyond.append(n)
-                continue
+        for n in ladder.climb(variant.name, profile.speed_lengths):
             loads = self_attention_workloads(
                 variant, batch=profile.speed_batch, d_model=profile.speed_d_model, heads=profile.speed_heads,
                 n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
@@ -90,10 +85,8 @@ def run_speed(variant, profile):
                     medians[phase].setdefault(who, {})[n] = statistics.median(times)
             for who in loads:
                 ladder.record(who, n, medians["fwd+bwd"][who][n])
-        if beyond:
-            yield Result("ladder", SKIPPED, mode, detail=(
-                f"n={', '.join(map(str, beyond))} not timed: predicted over the "
-                f"{profile.call_budget_seconds:g} s per-call budget"), mode=mode)
+        if ladder.skipped:
+            yield Result("ladder", SKIPPED, mode, detail=ladder.skipped_note("timed"), mode=mode)
         for phase in PHASES:
             yield from _summary_rows(variant, mode, phase, medians[phase])
 
@@ -146,9 +139,8 @@ def run_approximation_error(variant, profile):
         yield Result("approximation-error", SKIPPED,
                      detail="variant has parameters: no parameter-free exact counterpart to compare with")
         return
-    modes = [m for m in profile.speed_modes if m == "full" or variant.tags.supports_causal]
     heads = profile.speed_heads
-    for mode in modes:
+    for mode in modes_for(variant, profile.speed_modes):
         for n in profile.speed_lengths:
             torch.manual_seed(profile.seed)
             module = zoo.build(variant, d_model=profile.speed_d_model, num_heads=heads)
