@@ -1,4 +1,4 @@
-"""What a run records about its machine, and where workers keep torch's caches."""
+"""Where workers keep torch's caches: the zoo's cache folder, unless the user chose."""
 
 import os
 import subprocess

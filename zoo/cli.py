@@ -112,7 +112,8 @@ def cmd_run(args) -> int:
     lengths = _parse_lengths(args.lengths)
     profile = profile.with_overrides(threads=args.threads, device=args.device, dtype=args.dtype,
                                      speed_d_model=args.d_model, speed_heads=args.heads,
-                                     variant_options=_parse_options(args.option), repeats=args.repeats, speed_lengths=lengths, complexity_lengths=lengths,
+                                     variant_options=_parse_options(args.option), repeats=args.repeats,
+                                     speed_lengths=lengths, complexity_lengths=lengths,
                                      reference_length=max(lengths) if lengths and profile.reference_length not in lengths else None)
     out = _writable_dir(args.out)
     registry = _registry(args)

@@ -60,7 +60,7 @@ def _reference_errors(variant, case: Case, seeds, dtype, device: str = "cpu", re
                 out = _call(module, case, q, k, v, mask)
             else:
                 out = module(q, k, v, attn_mask=mask, is_causal=case.causal)
-            module, q, k, v = copy.deepcopy(module).cpu(), q.cpu(), k.cpu(), v.cpu()  # copies on the run's device
+            module, q, k, v = copy.deepcopy(module).cpu(), q.cpu(), k.cpu(), v.cpu()  # a CPU copy, whatever the device
             mask = None if mask is None else mask.cpu()
             expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
         errors.append((relative_error(out.cpu(), expected), seed))
