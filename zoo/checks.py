@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import enum
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .contract import NAME_PATTERN, RegistrationError
@@ -11,8 +12,26 @@ if TYPE_CHECKING:
     from .contract import Origin, Tags, Variant
     from .profiles import Profile
 
-PASSED, FAILED, SKIPPED, ERROR, MEASURED = "passed", "failed", "skipped", "error", "measured"
-STATUSES = (PASSED, FAILED, SKIPPED, ERROR, MEASURED)
+
+
+class Status(str, enum.Enum):
+    """What a result row is: a verdict (passed/failed/skipped/error) or a measurement. A ``str`` enum,
+    so rows compare equal to the plain strings stored in the database and written to results.csv."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    ERROR = "error"
+    MEASURED = "measured"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+PASSED, FAILED, SKIPPED, ERROR, MEASURED = Status
+STATUSES = tuple(s.value for s in Status)
+BAD = (FAILED.value, ERROR.value)
+"""Statuses that keep a variant off the ranking when they occur in its correctness rows (errors: anywhere)."""
 
 
 @dataclass
@@ -28,13 +47,19 @@ class Result:
     n: int | None = None  # sequence length, for measures taken over a ladder
     mode: str = ""  # "full" or "causal"
     phase: str = ""  # "fwd" or "fwd+bwd"
+    samples: list[float] | None = None  # per-round measurements behind ``value`` (timings), for `zoo compare`
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"result status must be one of {STATUSES}, got {self.status!r}")
+        self.status = Status(self.status).value
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+RESULT_FIELDS = [f.name for f in fields(Result)]
+"""The result schema, in one place: the store's columns and results.csv follow it (plus the variant and suite)."""
 
 
 @dataclass(frozen=True)

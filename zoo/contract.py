@@ -170,10 +170,16 @@ class Variant:
             if not callable(baseline):
                 raise RegistrationError(f"variant {self.name!r}: baseline {label!r} must be callable")
 
+    @property
+    def kind(self) -> str:
+        """``"layer"`` (has parameters: projections around the attention, compared with
+        ``nn.MultiheadAttention``) or ``"core"`` (the attention alone, compared with torch SDPA)."""
+        return "layer" if self.tags.has_parameters else "core"
+
     def card(self) -> dict[str, Any]:
         """What the leaderboard needs to know about the variant, as plain data stored with each run."""
         return {
-            "summary": self.summary, "family": self.family, "citation": self.citation,
+            "summary": self.summary, "family": self.family, "citation": self.citation, "kind": self.kind,
             "tags": self.tags.describe(), "claimed_time": self.complexity.time,
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
             "baselines": list(self.baselines),

@@ -1,10 +1,10 @@
-"""Growth with sequence length: climbing a ladder of lengths within a time budget, and log-log fits."""
+"""Growth with sequence length (log-log fits) and wall-clock reading that covers queued GPU work."""
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -19,39 +19,6 @@ def fit_exponent(lengths: Sequence[float], values: Sequence[float], points: int 
     mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
     spread = sum((x - mean_x) ** 2 for x in xs)
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread
-
-
-class Ladder:
-    """Per-callable time budget up a ladder of lengths: a callable stops climbing before the length at
-    which one call is predicted (growing as n^exponent from its last time) to exceed the budget."""
-
-    def __init__(self, budget_seconds: float, exponent: float = 2.0) -> None:
-        self.budget, self.exponent = budget_seconds, exponent
-        self.last: dict[str, tuple[int, float]] = {}
-        self.skipped: list[int] = []  # lengths climb() left out for its callable
-
-    def climb(self, who: str, lengths: Sequence[int]) -> Iterator[int]:
-        """The lengths ``who`` may still be measured at, each judged after the previous one was recorded;
-        the others are kept in ``skipped``."""
-        for n in lengths:
-            if self.allows(who, n):
-                yield n
-            else:
-                self.skipped.append(n)
-
-    def skipped_note(self, verb: str) -> str:
-        """'n=4096, 8192 not <verb>: predicted over the 5 s per-call budget'."""
-        lengths = ", ".join(map(str, self.skipped))
-        return f"n={lengths} not {verb}: predicted over the {self.budget:g} s per-call budget"
-
-    def allows(self, who: str, n: int) -> bool:
-        if who not in self.last:
-            return True
-        last_n, seconds = self.last[who]
-        return seconds * (n / last_n) ** self.exponent <= self.budget
-
-    def record(self, who: str, n: int, seconds: float) -> None:
-        self.last[who] = (n, seconds)
 
 
 def synchronize() -> None:

@@ -16,7 +16,9 @@ from typing import Iterable
 
 import pandas as pd
 
-RESULT_COLUMNS = ["variant", "suite", "check", "setting", "status", "value", "unit", "detail", "n", "mode", "phase"]
+from .checks import RESULT_FIELDS
+
+RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -48,7 +50,8 @@ CREATE TABLE IF NOT EXISTS results (
     detail TEXT,
     n INTEGER,
     mode TEXT,
-    phase TEXT
+    phase TEXT,
+    samples TEXT
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id, variant, suite);
 """
@@ -63,6 +66,9 @@ class Store:
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA busy_timeout=60000")
         connection.executescript(SCHEMA)
+        columns = {row[1] for row in connection.execute("PRAGMA table_info(results)")}
+        if "samples" not in columns:  # a store written before per-round samples were kept
+            connection.execute("ALTER TABLE results ADD COLUMN samples TEXT")
         return connection
 
     def start_run(self, settings: dict, environment: dict, started: str) -> str:
@@ -84,11 +90,8 @@ class Store:
         with closing(self._connect()) as db, db:
             db.execute("DELETE FROM results WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
             db.executemany(
-                'INSERT INTO results (run_id, variant, suite, "check", setting, status, value, unit, detail, n, mode, phase) '
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, variant, suite, r["check"], r.get("setting", ""), r["status"], _number(r.get("value")),
-                  r.get("unit", ""), r.get("detail", ""), r.get("n"), r.get("mode", ""), r.get("phase", ""))
-                 for r in rows],
+                f"INSERT INTO results (run_id, {_COLUMN_LIST}) VALUES (?, {', '.join('?' * len(RESULT_COLUMNS))})",
+                [(run_id, variant, suite, *(_column(name, r.get(name)) for name in RESULT_FIELDS)) for r in rows],
             )
             db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
                        (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True)))
@@ -120,10 +123,9 @@ class Store:
 
     def results(self, run_id: str) -> pd.DataFrame:
         with closing(self._connect()) as db:
-            frame = pd.read_sql_query(
-                'SELECT variant, suite, "check", setting, status, value, unit, detail, n, mode, phase '
-                "FROM results WHERE run_id = ?", db, params=(run_id,))
+            frame = pd.read_sql_query(f"SELECT {_COLUMN_LIST} FROM results WHERE run_id = ?", db, params=(run_id,))
         frame["n"] = frame["n"].astype("Int64")
+        frame["samples"] = frame["samples"].map(lambda text: json.loads(text) if isinstance(text, str) else None)
         return frame
 
     def device_kinds(self, run_id: str) -> list[str]:
@@ -152,7 +154,8 @@ def merge(target: Store, source_path: str | Path) -> list[str]:
     with closing(target._connect()) as db, db:
         db.execute("ATTACH DATABASE ? AS other", (str(Path(source_path)),))
         for table in ("runs", "jobs", "results"):
-            db.execute(f"INSERT INTO {table} SELECT * FROM other.{table} WHERE run_id IN ({marks})", copied)
+            columns = "run_id, " + _COLUMN_LIST if table == "results" else "*"
+            db.execute(f"INSERT INTO {table} SELECT {columns} FROM other.{table} WHERE run_id IN ({marks})", copied)
     return copied
 
 
@@ -161,6 +164,20 @@ def device_kind(environment: dict) -> str:
     is a run's fingerprint or a job's ``ran_on``)."""
     device = environment.get("device", "?")
     return device if device != "cpu" else f"cpu: {environment.get('cpu', '?')}"
+
+
+_COLUMN_LIST = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
+
+
+def _column(name: str, value):
+    """A result field as stored: numbers as REAL, samples as JSON text, text never NULL."""
+    if name == "value":
+        return _number(value)
+    if name == "samples":
+        return json.dumps(value) if value else None
+    if name == "n":
+        return None if value is None else int(value)
+    return "" if value is None else str(value)
 
 
 def _number(value) -> float | None:

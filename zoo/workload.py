@@ -1,5 +1,11 @@
-"""Callables the complexity and speed suites measure: the variant, torch SDPA on the same shapes, and
-the variant's baselines, each as a forward (no grad) and a forward+backward step on shared inputs."""
+"""Callables the complexity and speed suites measure: the variant, the torch op it is compared with
+on the same shapes, and the variant's baselines, each as a forward (no grad) and a forward+backward
+step on shared inputs.
+
+Like is compared with like: an attention *core* (no parameters) with torch SDPA, an attention *layer*
+(with projections) with ``nn.MultiheadAttention(need_weights=False)``. The kind comes from the
+contract (:attr:`zoo.Variant.kind`), never from the name. SDPA is timed beside every variant.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +17,27 @@ import torch.nn.functional as F
 
 from .api import build
 from .contract import Variant
+from .functional import call_torch_mha
 
 SDPA = "torch-sdpa"
+MHA = "torch-mha-layer"
+COMPARATORS = {"core": SDPA, "layer": MHA}
+"""The callable each kind of variant is ranked against (the one place these names are defined)."""
+COMPARATOR_LABELS = {SDPA: "torch SDPA", MHA: "nn.MultiheadAttention"}
+
+
+def comparator(variant: Variant) -> str:
+    return COMPARATORS[variant.kind]
 
 
 @dataclass
 class Workload:
     forward: Callable[[], object]
+    """One call without autograd; returns the output (checked for NaN/inf outside the timed loop)."""
     train_step: Callable[[], None]
+    """One forward and backward pass."""
+    checked_forward: Callable[[], object] | None = None
+    """``forward`` through the zoo's input and output checks (the variant's only): called once, untimed."""
 
 
 def modes_for(variant: Variant, modes: tuple[str, ...]) -> list[str]:
@@ -41,23 +60,43 @@ def _workload(call: Callable[[], torch.Tensor], grad_out: torch.Tensor, leaves: 
 
 def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, heads: int, n: int, causal: bool,
                              seed: int, device: str = "cpu", dtype: str = "float32",
-                             baselines: bool = True) -> dict[str, Workload]:
+                             baselines: bool = True, only: set[str] | None = None) -> dict[str, Workload]:
     """Self-attention on one (batch, n, d_model) input of ``dtype``: the variant (under its own name),
-    ``torch-sdpa`` on the same (batch, heads, n, d_model / heads) shapes, and each baseline."""
+    ``torch-sdpa`` on the same (batch, heads, n, d_model / heads) shapes, for a layer also
+    ``nn.MultiheadAttention`` on the same (batch, n, d_model) input, and each baseline (``only``: just
+    these callables).
+
+    The timed callables run the bare module (no input checks), as the torch ops they are compared with
+    run bare; the variant's ``checked_forward`` goes through the checks, for one untimed call.
+    """
     torch.manual_seed(seed)
     dtype = getattr(torch, dtype)
     module = build(variant, d_model=d_model, num_heads=heads).to(device=device, dtype=dtype)
     x = torch.randn(batch, n, d_model, device=device, dtype=dtype, requires_grad=True)
     grad_out = torch.randn(batch, n, d_model, device=device, dtype=dtype)
     params = [p for p in module.parameters() if p.requires_grad]
-    loads = {variant.name: _workload(lambda: module(x, x, x, is_causal=causal), grad_out, [x, *params])}
+    wanted = (lambda who: True) if only is None else (lambda who: who in only)
+    loads = {}
+    if wanted(variant.name):
+        loads[variant.name] = _workload(lambda: module.forward(x, x, x, is_causal=causal), grad_out, [x, *params])
+        loads[variant.name].checked_forward = _workload(lambda: module(x, x, x, is_causal=causal), grad_out, []).forward
 
-    heads_in = torch.randn(batch, heads, n, d_model // heads, device=device, dtype=dtype, requires_grad=True)
-    heads_grad = torch.randn_like(heads_in)
-    loads[SDPA] = _workload(lambda: F.scaled_dot_product_attention(heads_in, heads_in, heads_in, is_causal=causal),
-                            heads_grad, [heads_in])
+    if wanted(SDPA):
+        heads_in = torch.randn(batch, heads, n, d_model // heads, device=device, dtype=dtype, requires_grad=True)
+        heads_grad = torch.randn_like(heads_in)
+        loads[SDPA] = _workload(lambda: F.scaled_dot_product_attention(heads_in, heads_in, heads_in, is_causal=causal),
+                                heads_grad, [heads_in])
+    if variant.kind == "layer" and wanted(MHA):
+        mha = torch.nn.MultiheadAttention(d_model, heads, batch_first=True).to(device=device, dtype=dtype)
+        loads[MHA] = _workload(lambda: call_torch_mha(mha, x, x, x, is_causal=causal), grad_out,
+                               [x, *mha.parameters()])
     if baselines:
         for label, make in variant.baselines.items():
-            fn = make(module)
-            loads[label] = _workload(lambda fn=fn: fn(x, x, x, is_causal=causal), grad_out, [x, *params])
+            if wanted(label):
+                fn = make(module)
+                loads[label] = _workload(lambda fn=fn: fn(x, x, x, is_causal=causal), grad_out, [x, *params])
     return loads
+
+
+def non_finite(output) -> bool:
+    return isinstance(output, torch.Tensor) and output.is_floating_point() and not bool(torch.isfinite(output).all())

@@ -13,10 +13,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
-from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
+from zoo.checks import ERROR, FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
-from zoo.scaling import Ladder, fit_exponent, timed
-from zoo.workload import SDPA, modes_for, self_attention_workloads
+from zoo.plan import plan_lengths, plan_rows
+from zoo.scaling import fit_exponent
+from zoo.workload import SDPA, comparator, modes_for, non_finite, self_attention_workloads
 
 SUITE = "complexity"
 EXPONENT_TOLERANCE = 0.25
@@ -24,51 +25,52 @@ FORMULA_TOLERANCE = 0.01
 PHASES = ("fwd", "fwd+bwd")
 
 
-def _count(fn, device: str) -> tuple[int, int, float, int | None]:
-    """FLOPs, peak live tensor bytes and seconds of one call (the counters in one pass); on CUDA also
-    the caching allocator's own peak above what was allocated before the call."""
+def _count(fn, device: str) -> tuple[int, int, int | None]:
+    """FLOPs and peak live tensor bytes of one call (the counters in one pass); on CUDA also the
+    caching allocator's own peak above what was allocated before the call."""
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     with FlopCounterMode(display=False) as flops, PeakMemory() as memory:
-        seconds = timed(fn)
+        fn()
     allocator_peak = None
     if device == "cuda":
         torch.cuda.synchronize()
         allocator_peak = torch.cuda.max_memory_allocated() - before
-    return flops.get_total_flops(), memory.peak, seconds, allocator_peak
+    return flops.get_total_flops(), memory.peak, allocator_peak
 
 
 def measure(variant, profile):
-    """Counts per (who, mode, phase): {n: (flops, bytes)}, for the variant, SDPA and its baselines."""
+    """Counts per (who, mode, phase): {n: (flops, bytes)}, for the variant, SDPA and its baselines, at
+    the lengths the plan (zoo.plan) allows; plus rows for what the plan left out, the CUDA allocator's
+    peaks on a GPU, and an error row where the variant's output is not finite."""
     table: dict[tuple[str, str, str], dict[int, tuple[int, int]]] = {}
-    extra: list[Result] = []  # skipped lengths, and the CUDA allocator's peaks on a GPU
+    extra: list[Result] = []
     for mode in modes_for(variant, profile.complexity_modes):
-        ladder = Ladder(profile.complexity_budget_seconds)
-        for n in ladder.climb(variant.name, profile.complexity_lengths):
-            loads = self_attention_workloads(  # baselines are compared in the non-causal mode only
+        def loads_at(n, only=None, mode=mode):  # baselines are compared in the non-causal mode only
+            return self_attention_workloads(
                 variant, batch=1, d_model=profile.complexity_d_model, heads=profile.complexity_heads,
                 n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
-                baselines=mode == "full",
+                baselines=mode == "full", only=only,
             )
+
+        plan = plan_lengths(loads_at, profile.complexity_lengths, variant, {SDPA, comparator(variant)},
+                            profile.max_call_gflop, profile.max_call_gib)
+        extra += plan_rows(plan, variant.name, mode, "measured")
+        for n in plan.lengths[variant.name]:
+            loads = loads_at(n, only=plan.at(n))
+            if non_finite(loads[variant.name].checked_forward()):
+                extra.append(Result("finite-output", ERROR, f"{mode} fwd n={n}", detail=f"the variant returned NaN "
+                                    f"or inf at n={n} (Gaussian self-attention inputs, {profile.dtype})", n=n, mode=mode))
+                continue
             for who, load in loads.items():
-                if not ladder.allows(who, n):
-                    continue
-                if who not in ladder.last:  # warm up once, counters included (their first use takes most
-                    for fn in (load.forward, load.train_step):  # of a second), so start-up costs do not stop the climb
-                        _count(fn, profile.device)
-                slowest = 0.0
                 for phase, fn in zip(PHASES, (load.forward, load.train_step)):
-                    flops, peak, seconds, allocator_peak = _count(fn, profile.device)
+                    flops, peak, allocator_peak = _count(fn, profile.device)
                     table.setdefault((who, mode, phase), {})[n] = (flops, peak)
-                    slowest = max(slowest, seconds)
                     if allocator_peak is not None:
                         extra.append(Result(f"{'' if who == variant.name else who + '-'}cuda-allocator-peak", MEASURED,
                                             f"{mode} {phase} n={n}", allocator_peak, "bytes", n=n, mode=mode, phase=phase))
-                ladder.record(who, n, slowest)
-        if ladder.skipped:
-            extra.append(Result("ladder", SKIPPED, mode, detail=ladder.skipped_note("measured"), mode=mode))
     return table, extra
 
 

@@ -7,6 +7,7 @@ or the full profile.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -63,13 +64,16 @@ def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float,
     for step in range(hp["steps"]):
         inputs, targets = (t.to(device) for t in task.make(generator, hp["batch"]))
         optimizer.zero_grad(set_to_none=True)
-        _loss(model, inputs, targets).backward()
+        loss = _loss(model, inputs, targets)
+        loss.backward()
         optimizer.step()
         if step == 2:
             synchronize()
             predicted = (time.perf_counter() - started) / 3 * hp["steps"]
             if predicted > budget_seconds:
                 return f"predicted {predicted:.0f} s to train, over the {budget_seconds:g} s budget per task"
+    if not math.isfinite(float(loss)):  # once NaN, the weights stay NaN: the last step tells
+        raise FloatingPointError(f"training loss is {float(loss)} after {hp['steps']} steps on {task.name}")
     return accuracy(model, task, device), time.perf_counter() - started  # accuracy's float() waits for the GPU
 
 
@@ -93,6 +97,8 @@ def run_quality(variant, profile):
         spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
         yield Result("accuracy", MEASURED, task.name, statistics.mean(scores), "fraction",
                      f"± {spread:.3f} (std over {len(scores)} seeds); chance {task.chance:.3f}; {task.summary}")
+        yield Result("accuracy-std", MEASURED, task.name, spread, "fraction", f"std over {len(scores)} seeds")
+        yield Result("chance", MEASURED, task.name, task.chance, "fraction", "accuracy of guessing")
         yield Result("train-seconds", MEASURED, task.name, statistics.mean(seconds), "s",
                      f"mean over {len(seconds)} seeds of {hp['steps']} steps")
 

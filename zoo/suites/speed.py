@@ -14,10 +14,11 @@ import torch
 from torch.utils.benchmark import Timer
 
 import zoo
-from zoo.checks import MEASURED, SKIPPED, Check, Result
+from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result
 from zoo.measure import count_flops
-from zoo.scaling import Ladder, fit_exponent, timed
-from zoo.workload import SDPA, modes_for, self_attention_workloads
+from zoo.plan import plan_lengths, plan_rows
+from zoo.scaling import fit_exponent, timed
+from zoo.workload import SDPA, comparator, modes_for, non_finite, self_attention_workloads
 
 SUITE = "speed"
 PHASES = ("fwd", "fwd+bwd")
@@ -47,19 +48,42 @@ def matmul_peak(threads: int, device: str = "cpu", dtype: str = "float32", size:
 def _time_round_robin(fns: dict[str, callable], profile) -> dict[str, list[float]]:
     """Per-call seconds of each callable, over ``profile.repeats`` interleaved rounds.
 
-    Each Timer runs a call count calibrated once from the warm-up, so a round costs every callable
-    about ``round_seconds``; blocked_autorange would re-calibrate (and repeat slow calls) every round.
+    Each Timer runs a call count calibrated once from a warm call (after a first, cold one), so a round
+    costs every callable about ``round_seconds``; blocked_autorange would re-calibrate every round.
     """
     timers, numbers = {}, {}
     for label, fn in fns.items():
         timers[label] = Timer("fn()", globals={"fn": fn}, num_threads=profile.threads)
-        once = timed(fn)  # also the warm-up
-        numbers[label] = max(1, int(profile.round_seconds / max(once, 1e-9)))
-    samples: dict[str, list[float]] = {label: [] for label in fns}
-    for _ in range(profile.repeats):
+        timed(fn)  # cold: first-call costs (allocation, dispatch caches)
+        numbers[label] = max(1, int(profile.round_seconds / max(timed(fn), 1e-9)))
+    return _rounds(timers, numbers, profile.repeats)
+
+
+def _rounds(timers, numbers, repeats: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {label: [] for label in timers}
+    for _ in range(repeats):
         for label, timer in timers.items():
             samples[label].append(timer.timeit(numbers[label]).median)
     return samples
+
+
+def relative_spread(values: list[float]) -> float:
+    """Interquartile range over median: the noise figure a cell is flagged by."""
+    median, iqr = _quartiles(values)
+    return iqr / median if median > 0 else 0.0
+
+
+def measure_cell(fns: dict[str, callable], profile) -> tuple[dict[str, list[float]], int]:
+    """Interleaved rounds of every callable; while any callable's spread is over the profile's noise
+    threshold, more rounds are added (at most ``noise_retries`` times). Returns the samples and how
+    many times the cell was re-measured."""
+    samples = _time_round_robin(fns, profile)
+    retries = 0
+    while retries < profile.noise_retries and max(map(relative_spread, samples.values())) > profile.noise_threshold:
+        retries += 1
+        more = _time_round_robin(fns, profile)
+        samples = {label: samples[label] + more[label] for label in samples}
+    return samples, retries
 
 
 def run_speed(variant, profile):
@@ -68,44 +92,63 @@ def run_speed(variant, profile):
     where = f"{profile.threads} threads" if profile.device == "cpu" else profile.device
     yield Result("matmul-peak", MEASURED, f"{profile.dtype} 2048x2048 matmul, {where}", peak / 1e9, "GFLOP/s")
     yield Result("allocator", MEASURED, detail=allocator_setting())
+    versus = comparator(variant)
     for mode in modes_for(variant, profile.speed_modes):
-        medians: dict[str, dict[str, dict[int, float]]] = {phase: {} for phase in PHASES}
-        ladder = Ladder(profile.call_budget_seconds)
-        for n in ladder.climb(variant.name, profile.speed_lengths):
-            loads = self_attention_workloads(
+        def loads_at(n, only=None, mode=mode):
+            return self_attention_workloads(
                 variant, batch=profile.speed_batch, d_model=profile.speed_d_model, heads=profile.speed_heads,
-                n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
+                n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype, only=only,
             )
-            loads = {who: load for who, load in loads.items() if ladder.allows(who, n)}
+
+        plan = plan_lengths(loads_at, profile.speed_lengths, variant, {SDPA, versus},
+                            profile.max_call_gflop, profile.max_call_gib)
+        yield from plan_rows(plan, variant.name, mode, "timed")
+        medians: dict[str, dict[str, dict[int, float]]] = {phase: {} for phase in PHASES}
+        stopped_by = None
+        for n in plan.lengths[variant.name]:
+            if stopped_by:
+                yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
+                continue
+            loads = loads_at(n, only=plan.at(n))
+            if non_finite(loads[variant.name].checked_forward()):
+                yield Result("finite-output", ERROR, f"{mode} fwd n={n}", detail=f"the variant returned NaN or inf "
+                             f"at n={n} (Gaussian self-attention inputs, {profile.dtype}); not timed", n=n, mode=mode)
+                continue
+            seconds = timed(loads[variant.name].train_step)
+            if seconds > profile.call_limit_seconds:
+                stopped_by = (f"safety net: one forward+backward call took {seconds:.3g} s at n={n}, over the "
+                              f"profile's {profile.call_limit_seconds:g} s limit; not timed from this length on")
+                yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
+                continue
             for phase in PHASES:
                 fns = {who: (load.forward if phase == "fwd" else load.train_step) for who, load in loads.items()}
-                samples = _time_round_robin(fns, profile)
-                yield from _rows(variant, profile, mode, phase, n, samples, fns[variant.name], peak)
+                samples, retries = measure_cell(fns, profile)
+                yield from _rows(variant, profile, mode, phase, n, samples, retries, fns[variant.name], peak)
                 for who, times in samples.items():
                     medians[phase].setdefault(who, {})[n] = statistics.median(times)
-            for who in loads:
-                ladder.record(who, n, medians["fwd+bwd"][who][n])
-        if ladder.skipped:
-            yield Result("ladder", SKIPPED, mode, detail=ladder.skipped_note("timed"), mode=mode)
         for phase in PHASES:
-            yield from _summary_rows(variant, mode, phase, medians[phase])
+            yield from _summary_rows(variant, mode, phase, medians[phase], versus)
 
 
-def _rows(variant, profile, mode, phase, n, samples, fn, peak):
+def _rows(variant, profile, mode, phase, n, samples, retries, fn, peak):
     setting = f"{mode} {phase} n={n}"
     tag = dict(n=n, mode=mode, phase=phase)
-    median, iqr = _quartiles(samples[variant.name])
-    yield Result("time", MEASURED, setting, median, "s", f"IQR {iqr:.3g} s over {len(samples[variant.name])} rounds", **tag)
+    ours = samples[variant.name]
+    median, iqr = _quartiles(ours)
+    yield Result("time", MEASURED, setting, median, "s", f"IQR {iqr:.3g} s over {len(ours)} rounds", samples=ours, **tag)
     yield Result("time-iqr", MEASURED, setting, iqr, "s", **tag)
+    spread = max(relative_spread(times) for times in samples.values())
+    yield Result("time-spread", MEASURED, setting, spread, "IQR/median",
+                 f"largest IQR/median of the cell's callables; re-measured {retries} time(s)", **tag)
     for who, times in samples.items():
         if who == variant.name:
             continue
         other, other_iqr = _quartiles(times)
-        yield Result(f"{who}-time", MEASURED, setting, other, "s", f"IQR {other_iqr:.3g} s", **tag)
-        ratios = [a / b for a, b in zip(samples[variant.name], times)]
+        yield Result(f"{who}-time", MEASURED, setting, other, "s", f"IQR {other_iqr:.3g} s", samples=times, **tag)
+        ratios = [a / b for a, b in zip(ours, times)]
         ratio, ratio_iqr = _quartiles(ratios)
         yield Result(f"x-{who}", MEASURED, setting, ratio, "ratio",
-                     f"variant time / {who} time per round; IQR {ratio_iqr:.3g}", **tag)
+                     f"variant time / {who} time per round; IQR {ratio_iqr:.3g}", samples=ratios, **tag)
     yield Result("tokens-per-s", MEASURED, setting, profile.speed_batch * n / median, "tokens/s", **tag)
     flops, kernels = count_flops(fn, with_ops=True)
     yield Result("gflops", MEASURED, setting, flops / median / 1e9, "GFLOP/s", f"{flops:.4g} FLOPs counted", **tag)
@@ -115,7 +158,7 @@ def _rows(variant, profile, mode, phase, n, samples, fn, peak):
                  "achieved FLOP/s / measured matmul peak", **tag)
 
 
-def _summary_rows(variant, mode, phase, medians):
+def _summary_rows(variant, mode, phase, medians, versus):
     ours = medians.get(variant.name, {})
     lengths = sorted(ours)
     fitted = fit_exponent(lengths, [ours[n] for n in lengths])
@@ -123,14 +166,14 @@ def _summary_rows(variant, mode, phase, medians):
         yield Result("time-exponent", MEASURED, f"{mode} {phase}", fitted, "exponent",
                      f"claimed {variant.complexity.time:g}; timing is noisy, verdicts use FLOPs and memory",
                      mode=mode, phase=phase)
-    sdpa = medians.get(SDPA, {})
-    faster = [n for n in lengths if ours[n] < sdpa.get(n, 0)]
-    if faster and all(ours[n] < sdpa[n] for n in lengths if n >= faster[0]):
+    theirs = medians.get(versus, {})
+    faster = [n for n in lengths if ours[n] < theirs.get(n, 0)]
+    if faster and all(ours[n] < theirs[n] for n in lengths if n >= faster[0]):
         yield Result("crossover-time", MEASURED, f"{mode} {phase}", faster[0], "n",
-                     "smallest timed n from which the variant is faster than SDPA", mode=mode, phase=phase)
+                     f"smallest timed n from which the variant is faster than {versus}", mode=mode, phase=phase)
     else:
-        yield Result("crossover-time", SKIPPED, f"{mode} {phase}", detail="not faster than SDPA at any timed n from there on",
-                     mode=mode, phase=phase)
+        yield Result("crossover-time", SKIPPED, f"{mode} {phase}",
+                     detail=f"not faster than {versus} at any timed n from there on", mode=mode, phase=phase)
 
 
 def run_approximation_error(variant, profile):

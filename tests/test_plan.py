@@ -1,0 +1,79 @@
+"""The measurement plan is decided from counted costs, never from a clock: the same plan on every run,
+the comparators measured wherever the variant is, and a reason for every length left out."""
+
+import torch
+
+import zoo
+from zoo.plan import plan_lengths, plan_rows
+from zoo.workload import SDPA, Workload
+
+MiB = 2 ** 20
+
+
+def _allocating(bytes_at: callable) -> callable:
+    """A callable whose one call keeps ``bytes_at(n)`` bytes alive (and counts no FLOPs)."""
+
+    def loads_at(n, only=None):
+        def step(n=n):
+            torch.empty(int(bytes_at(n)), dtype=torch.uint8)
+
+        return Workload(forward=step, train_step=step)
+
+    return loads_at
+
+
+def _loads(costs: dict[str, callable]):
+    def loads_at(n, only=None):
+        return {who: _allocating(cost)(n) for who, cost in costs.items() if only is None or who in only}
+
+    return loads_at
+
+
+def _variant(time=1, memory=1):
+    return zoo.Variant(name="v", summary="s", family="f", citation="c", factory=lambda **k: None,
+                       reference=lambda *a, **k: None, complexity=zoo.Complexity(time=time, memory=memory))
+
+
+def test_a_baseline_over_the_memory_cap_is_left_out_with_its_predicted_size():
+    loads = _loads({"v": lambda n: n * 1024, SDPA: lambda n: n * 1024, "quadratic": lambda n: n * n * 64})
+    plan = plan_lengths(loads, [256, 512, 1024, 2048], _variant(), {SDPA}, max_gflop=1e9, max_gib=128 * MiB / 2 ** 30)
+    assert plan.lengths["v"] == plan.lengths[SDPA] == [256, 512, 1024, 2048]
+    assert plan.lengths["quadratic"] == [256, 512, 1024]  # 2048^2 * 64 B = 256 MiB > 128 MiB
+    assert "predicted 0.25 GiB per call" in plan.left_out["quadratic"][2048]
+
+
+def test_the_comparator_is_measured_wherever_the_variant_is_whatever_it_costs():
+    loads = _loads({"v": lambda n: n, SDPA: lambda n: n * n * 1024})
+    plan = plan_lengths(loads, [64, 128, 256, 512], _variant(), {SDPA}, max_gflop=1e9, max_gib=1 * MiB / 2 ** 30)
+    assert plan.lengths[SDPA] == plan.lengths["v"] == [64, 128, 256, 512]
+
+
+def test_where_the_variant_is_over_a_cap_nothing_is_measured_and_every_callable_says_why():
+    loads = _loads({"v": lambda n: n * n, SDPA: lambda n: n})
+    plan = plan_lengths(loads, [256, 512, 1024], _variant(memory=2), {SDPA}, max_gflop=1e9, max_gib=0.5 * MiB / 2 ** 30)
+    assert plan.lengths["v"] == plan.lengths[SDPA] == [256, 512]
+    rows = list(plan_rows(plan, "v", "full", "timed"))
+    assert {(r.check, r.n) for r in rows} == {("plan", 1024), (f"{SDPA}-plan", 1024)}
+    assert all(r.status == "skipped" and r.detail.startswith("not timed: ") for r in rows)
+
+
+def test_the_variants_claimed_exponent_is_the_least_slope_of_its_prediction():
+    # counted cost grows like n at small n, but the variant claims n^2 memory: the prediction follows the claim
+    loads = _loads({"v": lambda n: n * 1024, SDPA: lambda n: n})
+    cap = 1.5 * 1024 * 1024 / 2 ** 30  # 1.5 MiB: n=1024 costs 1 MiB counted-linear, 4 MiB claimed-quadratic
+    linear = plan_lengths(loads, [256, 512, 1024], _variant(memory=1), {SDPA}, max_gflop=1e9, max_gib=cap)
+    quadratic = plan_lengths(loads, [256, 512, 1024], _variant(memory=2), {SDPA}, max_gflop=1e9, max_gib=cap)
+    assert linear.lengths["v"] == [256, 512, 1024] and quadratic.lengths["v"] == [256, 512]
+
+
+def test_the_plan_of_a_real_variant_is_the_same_every_time(registry):
+    from zoo.workload import self_attention_workloads
+
+    variant = registry.variant("additive")
+
+    def loads_at(n, only=None):
+        return self_attention_workloads(variant, batch=1, d_model=64, heads=2, n=n, causal=False, seed=0, only=only)
+
+    plans = [plan_lengths(loads_at, [64, 128, 256, 512], variant, {SDPA}, max_gflop=0.05, max_gib=0.01) for _ in range(2)]
+    assert plans[0] == plans[1]
+    assert any(plans[0].left_out.values())  # the caps bite somewhere, so the comparison means something

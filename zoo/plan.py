@@ -1,0 +1,120 @@
+"""The measurement plan: which callables are measured at which lengths, decided before any timing.
+
+The rule is the same for every variant and every callable it is compared with, and it reads no
+clock, so the machine's load cannot change which figures exist. Each callable's FLOPs and peak live
+tensor memory for one forward+backward call are counted (deterministic counters) at the two smallest
+lengths, and a log-log line through them (for the variant, at least as steep as its claimed exponents)
+predicts both at every length. Then:
+
+- the variant is measured at every length where its prediction is within the profile's caps
+  (``max_call_gflop``, ``max_call_gib``);
+- the callable it is ranked against (torch SDPA, or nn.MultiheadAttention for a layer) is measured at
+  every length the variant is, whatever its cost: a figure is never shown without its comparison;
+- each of the variant's own baselines is measured where the variant is and its own prediction is
+  within the caps.
+
+Every length left out gets a reason, which the leaderboard shows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from .checks import SKIPPED, Result
+from .contract import Variant
+from .measure import count_flops, peak_memory
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Predicted cost of one forward+backward call."""
+
+    flops: float
+    bytes: float
+
+
+@dataclass
+class Plan:
+    """Per callable, the lengths it is measured at and, for each one left out, why."""
+
+    lengths: dict[str, list[int]] = field(default_factory=dict)
+    left_out: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    def at(self, n: int) -> set[str]:
+        """The callables planned at length ``n``."""
+        return {who for who, lengths in self.lengths.items() if n in lengths}
+
+
+def _counted(load: Workload) -> Cost:
+    return Cost(flops=float(count_flops(load.train_step)), bytes=float(peak_memory(load.train_step)))
+
+
+def _extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:
+    """The log-log line through the counted points, at ``n`` (exact at a counted length), its slope at
+    least ``floor``: small lengths understate a quadratic cost next to linear projections."""
+    for counted_n, value in points:
+        if counted_n == n:
+            return value
+    (n0, v0), (n1, v1) = points[0], points[-1]
+    if v0 <= 0 or v1 <= 0 or n0 == n1:
+        return v1
+    slope = min(max(math.log(v1 / v0) / math.log(n1 / n0), floor, 0.0), 4.0)
+    return v1 * (n / n1) ** slope
+
+
+def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int],
+                  claims: Mapping[str, tuple[float, float]] = {}) -> dict[str, dict[int, Cost]]:
+    """Every callable's counted cost at the (up to) two smallest lengths, extrapolated to all of them;
+    ``claims`` gives a callable's claimed (time, memory) exponents, used as the least slopes."""
+    lengths = sorted(lengths)
+    counted: dict[str, list[tuple[int, Cost]]] = {}
+    for n in lengths[:2]:
+        for who, load in loads_at(n).items():
+            counted.setdefault(who, []).append((n, _counted(load)))
+    return {
+        who: {n: Cost(_extrapolate(n, [(m, c.flops) for m, c in points], claims.get(who, (0, 0))[0]),
+                      _extrapolate(n, [(m, c.bytes) for m, c in points], claims.get(who, (0, 0))[1])) for n in lengths}
+        for who, points in counted.items()
+    }
+
+
+def over_caps(cost: Cost, max_gflop: float, max_gib: float) -> str | None:
+    """Why a call of this predicted cost is not planned, or None if it fits."""
+    if cost.flops > max_gflop * 1e9:
+        return f"predicted {cost.flops / 1e9:.3g} GFLOP per call, over the profile's cap of {max_gflop:g}"
+    if cost.bytes > max_gib * 2 ** 30:
+        return f"predicted {cost.bytes / 2 ** 30:.3g} GiB per call, over the profile's cap of {max_gib:g} GiB"
+    return None
+
+
+def plan_lengths(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int], variant: Variant,
+                 comparators: set[str], max_gflop: float, max_gib: float) -> Plan:
+    """The plan for one variant and its comparators and baselines (see the module's docstring)."""
+    lengths = sorted(set(lengths))
+    costs = predict_costs(loads_at, lengths, {variant.name: (variant.complexity.time, variant.complexity.memory)})
+    variant = variant.name
+    plan = Plan()
+    for who in costs:
+        plan.lengths[who], plan.left_out[who] = [], {}
+    for n in lengths:
+        reason = over_caps(costs[variant][n], max_gflop, max_gib)
+        for who in costs:
+            why = reason and f"variant not measured here: {reason}"
+            if why is None and who != variant and who not in comparators:
+                why = over_caps(costs[who][n], max_gflop, max_gib)
+            if why is None:
+                plan.lengths[who].append(n)
+            else:
+                plan.left_out[who][n] = why
+    return plan
+
+
+def plan_rows(plan, variant_name: str, mode: str, verb: str):
+    """One skipped row per (callable, length) the plan left out, with the reason (for the board)."""
+    for who, left_out in plan.left_out.items():
+        for n, reason in sorted(left_out.items()):
+            check = "plan" if who == variant_name else f"{who}-plan"
+            yield Result(check, SKIPPED, f"{mode} n={n}", detail=f"not {verb}: {reason}", n=n, mode=mode)
