@@ -65,3 +65,25 @@ def zoo_register_variants(register):
 
 def good_plugin(name: str) -> str:
     return GOOD_PLUGIN.replace("{name}", name)
+
+
+def run_zoo(*args, env=None, timeout=600):
+    """``python -m zoo ARGS`` as a user runs it: a subprocess, its output captured."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """A real smoke-profile run of a core, a windowed core and a layer, all suites but quality: (store, run id)."""
+    from zoo.store import Store
+
+    out = tmp_path_factory.mktemp("smoke-run")
+    done = run_zoo("run", "dot-product", "windowed", "multi-head", "--profile", "smoke", "--out", out)
+    assert done.returncode == 0, done.stderr
+    store = Store(out / "results.sqlite")
+    return store, store.latest_run()

@@ -13,17 +13,20 @@ def test_cell_escapes_pipes_newlines_backticks_and_html():
     assert "&lt;script&gt;" in text
 
 
-def test_gate_lists_correctness_failures_and_errors_only():
+def test_gate_ranks_only_checked_variants_and_lists_correctness_failures_and_errors_anywhere():
     rows = pd.DataFrame([
         {"variant": "good", "suite": "correctness", "check": "x", "status": "passed", "detail": "", "setting": ""},
         {"variant": "good", "suite": "complexity", "check": "flops-exponent", "status": "failed", "detail": "claim", "setting": ""},
         {"variant": "bad", "suite": "correctness", "check": "causal-leak", "status": "failed", "detail": "leak", "setting": "s"},
+        {"variant": "crashy", "suite": "correctness", "check": "x", "status": "passed", "detail": "", "setting": ""},
         {"variant": "crashy", "suite": "speed", "check": "worker", "status": "error", "detail": "crashed", "setting": ""},
+        {"variant": "unchecked", "suite": "speed", "check": "time", "status": "measured", "detail": "", "setting": ""},
     ])
-    failing = gate(rows)
-    assert failing["good"] == []
-    assert failing["bad"] == ["correctness/causal-leak: leak [s]"]
-    assert failing["crashy"] == ["speed/worker: crashed"]
+    standings = gate(rows)
+    assert standings["good"].ranked and standings["good"].reasons == []
+    assert standings["bad"].reasons == ["correctness/causal-leak: leak [s]"] and not standings["bad"].ranked
+    assert standings["crashy"].reasons == ["speed/worker: crashed"] and not standings["crashy"].ranked
+    assert not standings["unchecked"].checked and not standings["unchecked"].ranked
 
 
 def _gpu_run(tmp_path):

@@ -238,23 +238,24 @@ def _select(registry, args) -> list[str]:
 
 
 def _summary(store, run_id) -> None:
-    """One screen: per variant, the correctness gate, the complexity claims and x SDPA at the reference n."""
-    from .leaderboard import gate
+    """One screen: per variant, the ranking gate, the complexity claims and the ranking ratio."""
+    from .leaderboard import RANK_MODE, RANK_PHASE, _standing_text, _value, gate, kind_of, rank_check
 
     results = store.results(run_id)
     n_ref = store.settings(run_id).get("reference_length")
-    failing = gate(results)
-    ref = results[(results.check == "x-torch-sdpa") & (results["mode"] == "full") & (results.phase == "fwd+bwd")
-                  & (results.n == n_ref)]
-    print(f"\n{'variant':<15} {'correctness':<20} {'FLOP/memory claims':<20} fwd+bwd x SDPA at n={n_ref}")
+    standings = gate(results)
+    kinds = {r.variant: kind_of(r.provenance.get("card", {})) for r in store.jobs(run_id).itertuples()}
+    print(f"\n{'variant':<15} {'kind':<6} {'ranking gate':<20} {'FLOP/memory claims':<20} fwd+bwd time ratio at n={n_ref}")
     for variant in sorted(results.variant.unique()):
         mine = results[results.variant == variant]
         verdicts = mine[mine.check.isin(["flops-exponent", "memory-exponent"])].status
         claims = "violated" if (verdicts == "failed").any() else ("hold" if (verdicts == "passed").any() else "-")
-        ratio = ref[ref.variant == variant].value
-        ran = (mine.suite == "correctness").any()
-        ok = "not run" if not ran else "passed" if not failing.get(variant) else f"FAILED ({len(failing[variant])})"
-        print(f"{variant:<15} {ok:<20} {claims:<20} {f'{ratio.iloc[0]:.3g}x' if not ratio.empty else 'not timed there'}")
+        kind = kinds.get(variant, "core")
+        check = rank_check(kind)
+        ratio = _value(results, variant, check, RANK_MODE, RANK_PHASE, n_ref)
+        gate_text = _standing_text(standings[variant]) or "passed"
+        shown = f"{ratio:.3g}x {check[2:]}" if ratio is not None else "not timed there"
+        print(f"{variant:<15} {kind:<6} {gate_text:<20} {claims:<20} {shown}")
 
 
 def _check_device_available(device: str, args) -> None:
@@ -356,7 +357,7 @@ def cmd_check(args) -> int:
 def cmd_compare(args) -> int:
     from tabulate import tabulate
 
-    from .compare import exponent_changes, status_changes, timing_changes
+    from .compare import PRACTICAL_CHANGE, differences, exponent_changes, status_changes, timing_changes
     from .store import Store
 
     path = Path(args.out) / DATABASE
@@ -372,7 +373,11 @@ def cmd_compare(args) -> int:
         resolved.append(matches[0])
     a, b = (store.results(r) for r in resolved)
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
-    for title, frame in (("Timing beyond the noise (the larger IQR of the two runs, at least 5%)", timing_changes(a, b)),
+    for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
+        print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)
+    timing_title = (f"Timing changes: 95% bootstrap interval of the ratio of medians excludes 1, and the change "
+                    f"exceeds {PRACTICAL_CHANGE:.0%}")
+    for title, frame in ((timing_title, timing_changes(a, b)),
                          ("Checks that started or stopped failing", status_changes(a, b)),
                          ("Fitted exponents that moved by more than 0.1", exponent_changes(a, b))):
         print(f"## {title}\n")

@@ -3,11 +3,18 @@ started or stopped failing, and which fitted exponents moved."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 EXPONENTS = ("flops-exponent", "memory-exponent", "time-exponent")
 EXPONENT_MOVE = 0.1
-NOISE_FLOOR = 0.05  # timings of the same code in two processes were seen to differ by about 5% here
+PRACTICAL_CHANGE = 0.10
+"""Smallest change reported: the same code timed in two processes here was seen to differ by about 5%,
+which per-round samples from within one process cannot show, so a change must also exceed 10%."""
+RESAMPLES, CONFIDENCE = 2000, 0.95
+SETTINGS_COMPARED = ("name", "threads", "dtype", "device", "speed_batch", "speed_d_model", "speed_heads",
+                     "repeats", "round_seconds", "variant_options")
+ENVIRONMENT_COMPARED = ("cpu", "device", "torch", "python", "allocator", "threads")
 
 
 def _keyed(frame: pd.DataFrame, checks) -> pd.DataFrame:
@@ -16,16 +23,49 @@ def _keyed(frame: pd.DataFrame, checks) -> pd.DataFrame:
     return rows.set_index(["variant", "check", "mode", "phase", "n"])
 
 
+def ratio_interval(before: list[float], after: list[float], seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(after) / median(before), resampling each run's rounds."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    ratios = (np.median(rng.choice(b, (RESAMPLES, len(b))), axis=1)
+              / np.median(rng.choice(a, (RESAMPLES, len(a))), axis=1))
+    tail = (1 - CONFIDENCE) / 2
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+
+
 def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Median times that moved by more than the larger of the two runs' interquartile ranges (and 5%)."""
-    ta, tb = _keyed(a, ["time"]).value, _keyed(b, ["time"]).value
-    ia = _keyed(a, ["time-iqr"]).value.rename(index={"time-iqr": "time"}, level="check")
-    ib = _keyed(b, ["time-iqr"]).value.rename(index={"time-iqr": "time"}, level="check")
-    both = pd.concat({"before": ta, "after": tb, "iqr_before": ia, "iqr_after": ib}, axis=1).dropna(subset=["before", "after"])
-    noise = pd.concat([both.iqr_before, both.iqr_after, both.before * NOISE_FLOOR], axis=1).max(axis=1)
-    moved = both[(both.after - both.before).abs() > noise]
-    out = moved.assign(ratio=moved.after / moved.before, change=lambda f: f.ratio.map(lambda r: "slower" if r > 1 else "faster"))
-    return out.reset_index()[["variant", "mode", "phase", "n", "before", "after", "ratio", "change"]]
+    """Median times (ms) whose ratio after/before has a 95% bootstrap interval (over each run's per-round
+    samples) that excludes 1, and whose ratio is beyond the 10% practical threshold."""
+    ta, tb = _keyed(a, ["time"]), _keyed(b, ["time"])
+    both = ta[["value", "samples"]].merge(tb[["value", "samples"]], left_index=True, right_index=True, suffixes=("_a", "_b"))
+    rows = []
+    for key, row in both.dropna(subset=["value_a", "value_b"]).iterrows():
+        before, after = row.samples_a, row.samples_b
+        if isinstance(before, list) and isinstance(after, list) and before and after:
+            low, high = ratio_interval(before, after)
+            test = f"bootstrap over {len(before)}+{len(after)} rounds"
+        else:  # a run stored before per-round samples were kept: the point estimate alone
+            low = high = row.value_b / row.value_a
+            test = "no per-round samples: point estimate only"
+        ratio = row.value_b / row.value_a
+        if (low > 1 or high < 1) and abs(ratio - 1) > PRACTICAL_CHANGE:
+            variant, _, mode, phase, n = key
+            rows.append({"variant": variant, "mode": mode, "phase": phase, "n": n,
+                         "before (ms)": row.value_a * 1e3, "after (ms)": row.value_b * 1e3, "after / before": ratio,
+                         "95% interval": f"{low:.3g}-{high:.3g}", "change": "slower" if ratio > 1 else "faster",
+                         "test": test})
+    return pd.DataFrame(rows)
+
+
+def differences(settings_a: dict, settings_b: dict, env_a: dict, env_b: dict) -> list[str]:
+    """What differs between two runs that makes their timings not like for like."""
+    notes = []
+    for label, keys, x, y in (("setting", SETTINGS_COMPARED, settings_a, settings_b),
+                              ("environment", ENVIRONMENT_COMPARED, env_a, env_b)):
+        for key in keys:
+            if x.get(key) != y.get(key):
+                notes.append(f"{label} {key} differs: {x.get(key)!r} (before) vs {y.get(key)!r} (after)")
+    return notes
 
 
 def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:

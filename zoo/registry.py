@@ -10,7 +10,7 @@ Load order (each step registers plugins through the same :meth:`Registry.add_plu
    ``os.pathsep``-separated list), in sorted order.
 
 ``ZOO_PLUGINS=a,b`` loads only the named plugins (of steps 1-3); ``ZOO_BLOCK_PLUGINS=a,b`` blocks
-the named ones (any step). A plugin that fails to import, registers something invalid, or defines a
+the named ones (any step), except the essential ``correctness`` suite. A plugin that fails to import, registers something invalid, or defines a
 ``zoo_*`` function that matches no hook is recorded as a failure; the others still load.
 """
 
@@ -42,6 +42,8 @@ ENV_BLOCK = "ZOO_BLOCK_PLUGINS"
 ENV_NO_AUTOLOAD = "ZOO_DISABLE_PLUGIN_AUTOLOAD"
 ENV_PLUGINS_DIR = "ZOO_PLUGINS_DIR"
 CORE_PACKAGES = ("zoo.suites",)
+ESSENTIAL_PLUGINS = ("correctness",)
+"""Core plugins that cannot be blocked: the leaderboard ranks only what the correctness suite checked."""
 BUILTIN_PACKAGE = "zoo_builtins"
 
 
@@ -100,6 +102,10 @@ class Registry:
         self.failures: list[PluginFailure] = []
         self.only = set(_split_env(ENV_ONLY))
         for name in _split_env(ENV_BLOCK):
+            if name in ESSENTIAL_PLUGINS:
+                self.failures.append(PluginFailure(name, "core", f"{ENV_BLOCK}: the {name} suite is essential and "
+                                                   "cannot be blocked (the leaderboard ranks only checked variants)"))
+                continue
             self.pm.set_blocked(name)
 
     # -- loading -------------------------------------------------------------------------------
