@@ -44,7 +44,7 @@ class Result:
     value: float | None = None
     unit: str = ""
     detail: str = ""
-    n: int | None = None  # sequence length, for measures taken over a ladder
+    n: int | None = None  # sequence length, for measures taken over several lengths
     mode: str = ""  # "full" or "causal"
     phase: str = ""  # "fwd" or "fwd+bwd"
     samples: list[float] | None = None  # per-round measurements behind ``value`` (timings), for `zoo compare`

@@ -180,7 +180,7 @@ def _parse_options(pairs: list[str] | None) -> dict | None:
 
 
 def _parse_lengths(text: str | None) -> tuple[int, ...] | None:
-    """--lengths 1024,4096: the sequence lengths both ladders climb, instead of the profile's."""
+    """--lengths 1024,4096: the sequence lengths the complexity and speed suites measure, instead of the profile's."""
     if not text:
         return None
     try:
@@ -239,6 +239,7 @@ def _select(registry, args) -> list[str]:
 
 def _summary(store, run_id) -> None:
     """One screen: per variant, the ranking gate, the complexity claims and the ranking ratio."""
+    from .checks import FAILED, PASSED
     from .leaderboard import RANK_MODE, RANK_PHASE, _standing_text, _value, gate, kind_of, rank_check
 
     results = store.results(run_id)
@@ -249,7 +250,7 @@ def _summary(store, run_id) -> None:
     for variant in sorted(results.variant.unique()):
         mine = results[results.variant == variant]
         verdicts = mine[mine.check.isin(["flops-exponent", "memory-exponent"])].status
-        claims = "violated" if (verdicts == "failed").any() else ("hold" if (verdicts == "passed").any() else "-")
+        claims = "violated" if (verdicts == FAILED).any() else ("hold" if (verdicts == PASSED).any() else "-")
         kind = kinds.get(variant, "core")
         check = rank_check(kind)
         ratio = _value(results, variant, check, RANK_MODE, RANK_PHASE, n_ref)
@@ -316,6 +317,7 @@ def cmd_new(args) -> int:
 
 def cmd_check(args) -> int:
     """Correctness suite on one plugin: an installed variant's name, a module path, or a .py file."""
+    from .checks import BAD, ERROR, FAILED, PASSED, SKIPPED
     from .registry import Registry
     from .testing import check_variant
 
@@ -347,9 +349,9 @@ def cmd_check(args) -> int:
         variant = registry.variant(name)
         print(f"{name} ({variant.origin.label()}), profile {args.profile}:")
         for outcome in check_variant(variant, args.profile, registry):
-            mark = {"passed": "ok  ", "skipped": "skip", "failed": "FAIL", "error": "ERR "}[outcome.status]
+            mark = {PASSED: "ok  ", SKIPPED: "skip", FAILED: "FAIL", ERROR: "ERR "}[outcome.status]
             print(f"  {mark} {outcome.describe()}")
-            failed += outcome.status in ("failed", "error")
+            failed += outcome.status in BAD
     print(f"\n{failed} check(s) failed" if failed else "\nall applicable checks passed")
     return 1 if failed else 0
 
@@ -421,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="dtype of the complexity and speed suites' tensors (default float32)")
     run_options.add_argument("--d-model", type=_positive(int), help="model width of the timed shapes (default 512)")
     run_options.add_argument("--heads", type=_positive(int), help="heads of the timed shapes (default 8)")
-    run_options.add_argument("--lengths", metavar="N,N,...", help="sequence lengths for the ladders (default: the profile's)")
+    run_options.add_argument("--lengths", metavar="N,N,...", help="sequence lengths the complexity and speed suites measure, exactly (default: the profile's)")
     run_options.add_argument("--repeats", type=_positive(int), help="timing rounds per measurement (default: the profile's)")
     run_options.add_argument("--option", action="append", metavar="KEY=VALUE",
                              help="a variant option for this run, e.g. window=64 (repeatable)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .checks import BAD
+
 EXPONENTS = ("flops-exponent", "memory-exponent", "time-exponent")
 EXPONENT_MOVE = 0.1
 PRACTICAL_CHANGE = 0.10
@@ -71,7 +73,7 @@ def differences(settings_a: dict, settings_b: dict, env_a: dict, env_b: dict) ->
 def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Checks (per variant, check and setting) whose worst status went to or from failed/error."""
     def worst(frame):
-        bad = frame.status.isin(["failed", "error"])
+        bad = frame.status.isin(BAD)
         return frame.assign(bad=bad).groupby(["variant", "suite", "check", "setting"]).bad.any()
 
     before, after = worst(a), worst(b)

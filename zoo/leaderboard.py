@@ -89,8 +89,13 @@ def ratio_header(kind: str, phase: str, n) -> str:
     return f"time / {COMPARATOR_LABELS[COMPARATORS[kind]]}, {phase}, n={n}"
 
 
-def _fmt_ms(seconds) -> str:
-    return "" if seconds is None else f"{seconds * 1e3:.3g} ms"
+def _fmt_ms(seconds, spread=None) -> str:
+    """A time in ms (in s from one second up), and its spread in the same unit."""
+    if seconds is None:
+        return ""
+    scale, unit = (1, "s") if seconds >= 1 else (1e3, "ms")
+    text = f"{seconds * scale:.3g} {unit}"
+    return text if spread is None else f"{text} ±{spread * scale:.2g}"
 
 
 def _fmt_x(ratio) -> str:
@@ -336,11 +341,11 @@ def _correctness_section(results, variants) -> list[str]:
         by_check = mine.groupby("check").status
         rows.append({
             "variant": variant,
-            "checks passed": sum(1 for _, s in by_check if (s == "passed").any() and not s.isin(["failed", "error"]).any()),
-            "failed": sum(1 for _, s in by_check if s.isin(["failed"]).any()),
-            "errors": sum(1 for _, s in by_check if s.isin(["error"]).any()),
-            "skipped (capability)": sum(1 for _, s in by_check if (s == "skipped").all()),
-            "cases run": int(mine.status.isin(["passed", "failed"]).sum()),
+            "checks passed": sum(1 for _, s in by_check if (s == PASSED).any() and not s.isin(BAD).any()),
+            "failed": sum(1 for _, s in by_check if (s == FAILED).any()),
+            "errors": sum(1 for _, s in by_check if (s == ERROR).any()),
+            "skipped (capability)": sum(1 for _, s in by_check if (s == SKIPPED).all()),
+            "cases run": int(mine.status.isin([PASSED, FAILED]).sum()),
         })
     return ["## Correctness", "", "Each check runs on every case its capability tags allow; "
             "float64 against the reference to 1e-10, float32 to 1e-5 (relative).", "", _table(pd.DataFrame(rows)), ""]
@@ -373,7 +378,7 @@ def _complexity_section(results, cards, variants, settings) -> list[str]:
                 "memory fwd": _fmt_exp(_value(results, variant, "memory-exponent", mode, "fwd")),
                 "memory fwd+bwd": _fmt_exp(_value(results, variant, "memory-exponent", mode, "fwd+bwd")),
                 "time fwd+bwd": _fmt_exp(_value(results, variant, "time-exponent", mode, "fwd+bwd")),
-                "verdict": "violated" if (verdicts == "failed").any() else ("holds" if (verdicts == "passed").any() else "n/a"),
+                "verdict": "violated" if (verdicts == FAILED).any() else ("holds" if (verdicts == PASSED).any() else "n/a"),
                 "FLOP crossover with SDPA": "" if cross is None else f"n = {cross:.0f}",
             })
     return ["## Complexity", "",
@@ -433,7 +438,7 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
                         row[f"n={n}"] = "not timed " + notes.mark(_missing(results, variant, mode, phase, n))
                         continue
                     iqr, x = (_value(results, variant, check, mode, phase, n) for check in ("time-iqr", f"x-{versus}"))
-                    row[f"n={n}"] = (f"{_fmt_ms(t)} ±{_fmt_g(None if iqr is None else iqr * 1e3, '.2g')}"
+                    row[f"n={n}"] = (_fmt_ms(t, iqr)
                                      + (f" ({_fmt_x(x)})" if x is not None else " (no ratio)")
                                      + (" noisy" if _is_noisy(results, variant, mode, phase, n, threshold) else ""))
                 rows.append(row)
@@ -464,7 +469,7 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
     peak_text = f"{peak.median():.3g} GFLOP/s (median over the run's workers)" if not peak.empty else "not measured"
     dtype = settings.get("dtype", "float32")
     return ["## Speed", "",
-            "Median time per call over interleaved rounds (± interquartile range, ms) and, in brackets, the ratio "
+            "Median time per call over interleaved rounds (± interquartile range) and, in brackets, the ratio "
             "to the op named under *versus* (torch SDPA for cores, nn.MultiheadAttention(need_weights=False) for "
             "layers) on the same shapes in the same process (median of per-round ratios); *noisy* marks a cell "
             "whose IQR/median stayed above the run's threshold after re-measuring. "
@@ -505,7 +510,7 @@ def _targets_section(results, cards, variants) -> list[str]:
                          "measured": measured, "verdict": verdict})
     return ["## Targets the plugins set themselves", "",
             "Declared by each plugin (`zoo.Target`) and judged here against this run's rows. "
-            "Lengths beyond the profile's ladder are not measured: run `--profile full` for those.", "",
+            "Lengths beyond the profile's are not measured: run `--profile full` for those.", "",
             _table(pd.DataFrame(rows)), ""]
 
 

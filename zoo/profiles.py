@@ -1,4 +1,4 @@
-"""Run profiles: the shapes, ladders and repeat counts each suite uses (``quick`` is the default)."""
+"""Run profiles: the shapes, lengths, caps and repeat counts each suite uses (``quick`` is the default)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def _exponent_verdict(check, claimed, lengths, values, mode, phase) -> Result:
 
 def _crossover(lengths, ours, theirs, claimed: float) -> tuple[float | None, str]:
     """Smallest measured n from which the variant costs less than SDPA; for a variant claiming to grow
-    slower than n^2, else a power-law extrapolation beyond the ladder."""
+    slower than n^2, else a power-law extrapolation beyond the measured lengths."""
     cheaper = [n for n in lengths if ours[n] < theirs[n]]
     if cheaper and all(ours[n] < theirs[n] for n in lengths if n >= cheaper[0]):
         return float(cheaper[0]), "measured"

@@ -94,7 +94,7 @@ def check_low_precision(variant, profile):
 
 def check_baselines(variant, profile):
     if not variant.baselines:
-        yield Result("baselines", "skipped", detail="variant declares no baselines")
+        yield Result("baselines", SKIPPED, detail="variant declares no baselines")
         return
     for label, make in variant.baselines.items():
         for case in cases_for(variant):

@@ -127,7 +127,7 @@ def run_speed(variant, profile):
                 for who, times in samples.items():
                     medians[phase].setdefault(who, {})[n] = statistics.median(times)
         for phase in PHASES:
-            yield from _summary_rows(variant, mode, phase, medians[phase], versus)
+            yield from _summary_rows(variant, mode, phase, medians[phase])
 
 
 def _rows(variant, profile, mode, phase, n, samples, retries, fn, peak):
@@ -158,7 +158,9 @@ def _rows(variant, profile, mode, phase, n, samples, retries, fn, peak):
                  "achieved FLOP/s / measured matmul peak", **tag)
 
 
-def _summary_rows(variant, mode, phase, medians, versus):
+def _summary_rows(variant, mode, phase, medians):
+    """The time exponent. (No timed crossover with SDPA: near a ratio of 1 whether it exists flips with
+    noise; the complexity suite's FLOP crossover is deterministic.)"""
     ours = medians.get(variant.name, {})
     lengths = sorted(ours)
     fitted = fit_exponent(lengths, [ours[n] for n in lengths])
@@ -166,14 +168,6 @@ def _summary_rows(variant, mode, phase, medians, versus):
         yield Result("time-exponent", MEASURED, f"{mode} {phase}", fitted, "exponent",
                      f"claimed {variant.complexity.time:g}; timing is noisy, verdicts use FLOPs and memory",
                      mode=mode, phase=phase)
-    theirs = medians.get(versus, {})
-    faster = [n for n in lengths if ours[n] < theirs.get(n, 0)]
-    if faster and all(ours[n] < theirs[n] for n in lengths if n >= faster[0]):
-        yield Result("crossover-time", MEASURED, f"{mode} {phase}", faster[0], "n",
-                     f"smallest timed n from which the variant is faster than {versus}", mode=mode, phase=phase)
-    else:
-        yield Result("crossover-time", SKIPPED, f"{mode} {phase}",
-                     detail=f"not faster than {versus} at any timed n from there on", mode=mode, phase=phase)
 
 
 def run_approximation_error(variant, profile):
