@@ -69,7 +69,7 @@ class LinearAttention(nn.Module):
         numerator = fq @ state + local @ v
         denominator = fq @ z + local.sum(dim=-1, keepdim=True)
         out = _normalise(numerator, denominator)
-        return out.reshape(batch, heads, chunks * size, -1)[:, :, :n]
+        return out.reshape(batch, heads, chunks * size, out.shape[-1])[:, :, :n]  # no -1: batch may be 0
 
     @staticmethod
     def _quadratic(fq, fk, v, mask):

@@ -81,7 +81,8 @@ def test_quality_trains_on_cuda():
     from zoo.tasks import default_tasks
 
     hp = {**hyper_parameters(PROFILES["smoke"]), "steps": 5}
-    score, seconds = train(default_registry().variant("dot-product"), default_tasks()[0], hp, 0, 120, "cuda")
+    outcome = train(default_registry().variant("dot-product"), default_tasks()[0], hp, 0, device="cuda")
+    score, seconds = outcome.accuracy, outcome.seconds
     assert 0 <= score <= 1 and seconds > 0
 
 

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "create": "api", "build": "api", "list_variants": "api", "default_registry": "api",
-    "load_registry": "registry", "Registry": "registry",
+    "load_registry": "registry", "Registry": "registry", "run": "harness",
 }
 
 __all__ = ["Check", "Complexity", "Origin", "Result", "Tags", "Target", "Variant", "ZooError", "hookimpl",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
 
-from .contract import OptionError, Variant, VariantInputError, VariantOutputError
+from .contract import OptionError, Tags, Variant, VariantInputError, VariantOutputError
 from .registry import Registry, load_registry
 
 
@@ -42,14 +43,23 @@ def build(variant: Variant, d_model: int, num_heads: int = 1, **options: Any):
         module = variant.factory(d_model=d_model, num_heads=num_heads, **resolved)
     except (ValueError, TypeError) as exc:
         raise OptionError(f"variant {variant.name!r} rejected its options {resolved}: {exc}") from exc
+    identity = _Identity(variant.name, variant.tags)  # not the variant: the hooks must pickle with the module
     module.register_forward_pre_hook(
-        functools.partial(_check_inputs, variant, d_model, num_heads, resolved), with_kwargs=True
+        functools.partial(_check_inputs, identity, d_model, num_heads, resolved), with_kwargs=True
     )
-    module.register_forward_hook(functools.partial(_check_output, variant, d_model), with_kwargs=True)
+    module.register_forward_hook(functools.partial(_check_output, identity, d_model), with_kwargs=True)
     return module
 
 
-def _check_inputs(variant: Variant, d_model: int, num_heads: int, options: dict, module, args, kwargs):
+@dataclass(frozen=True)
+class _Identity:
+    """What the input and output checks need of a variant: plain data, so modules pickle."""
+
+    name: str
+    tags: Tags
+
+
+def _check_inputs(variant: _Identity, d_model: int, num_heads: int, options: dict, module, args, kwargs):
     """Reject inputs outside the variant's declared capabilities with an error naming both."""
     names = ("query", "key", "value", "attn_mask", "is_causal")
     bound = dict(zip(names, args))
@@ -94,9 +104,12 @@ def _check_inputs(variant: Variant, d_model: int, num_heads: int, options: dict,
         target = (query.shape[0], num_heads, query.shape[1], key.shape[1])
         if attn_mask.dim() > 4 or not _broadcastable(tuple(attn_mask.shape), target):
             fail(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (batch, heads, q_len, k_len) = {target}")
+        if attn_mask.dim() < 2:  # (k_len,) or a scalar: broadcast as torch SDPA does; variants see 2-D or more
+            bound["attn_mask"] = attn_mask.reshape((1,) * (2 - attn_mask.dim()) + tuple(attn_mask.shape))
+            return (), bound
 
 
-def _check_output(variant: Variant, d_model: int, module, args, kwargs, output):
+def _check_output(variant: _Identity, d_model: int, module, args, kwargs, output):
     """Shape, dtype and device of what the variant returned (metadata only: no cost in timed loops)."""
     query = args[0] if args else kwargs["query"]
     key = args[1] if len(args) > 1 else kwargs["key"]

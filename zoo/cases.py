@@ -23,7 +23,7 @@ class Case:
     kdim: int | None = None
     vdim: int | None = None
     causal: bool = False
-    mask: str | None = None  # None, "random" (every row keeps a key), "padding", "empty-rows"
+    mask: str | None = None  # None, "random" (every row keeps a key), "padding", "empty-rows", "key-1d" (k_len,)
     options: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
@@ -59,10 +59,10 @@ class Case:
         shape = (self.batch, 1, self.q_len, self.k_len)
         if self.mask is None:
             return None
-        if self.mask == "padding":
+        if self.mask in ("padding", "key-1d"):
             keep = torch.rand(self.batch, 1, 1, self.k_len, generator=generator) > 0.3
             keep[..., 0] = True
-            return keep.to(device)
+            return (keep[0, 0, 0] if self.mask == "key-1d" else keep).to(device)  # key-1d: shape (k_len,)
         mask = torch.rand(*shape, generator=generator) > 0.4
         rows = torch.arange(self.q_len).clamp(max=self.k_len - 1)
         mask[..., torch.arange(self.q_len), rows] = True  # every row keeps one key (causal-safe)
@@ -81,7 +81,7 @@ def cases_for(variant: Variant) -> list[Case]:
         cases.append(Case(q_len=11, k_len=11, causal=True))
     if tags.accepts_attn_mask:
         cases += [Case(q_len=10, k_len=10, mask="random"), Case(q_len=10, k_len=10, mask="padding"),
-                  Case(q_len=10, k_len=10, mask="empty-rows")]
+                  Case(q_len=10, k_len=10, mask="empty-rows"), Case(q_len=10, k_len=10, mask="key-1d")]
         if tags.supports_causal:
             cases.append(Case(q_len=12, k_len=12, causal=True, mask="random"))
     if tags.allows_kv_dims:

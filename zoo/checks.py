@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import traceback
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -94,3 +95,30 @@ def requires(*tag_names: str) -> Callable[["Tags"], str | None]:
         return f"variant does not declare {', '.join(missing)}" if missing else None
 
     return applies
+
+
+def run_check(check: Check, variant: "Variant", profile: "Profile", memory_limit: int | None = None) -> list[Result]:
+    """A check's rows on a variant, as the worker and ``zoo.testing`` both run it: one skipped row when
+    its ``applies`` rules the variant out, and an error row for an exception (in ``applies`` too), after
+    the rows it yielded before failing. Never raises for a plugin's fault."""
+    rows: list[Result] = []
+    try:
+        reason = check.applies(variant.tags)
+        if reason:
+            return [Result(check.name, SKIPPED, detail=reason)]
+        for row in check.run(variant, profile):
+            rows.append(row)
+    except Exception as exc:
+        rows.append(Result(check.name, ERROR, detail=describe_exception(exc, memory_limit)))
+    return rows
+
+
+def describe_exception(exc: BaseException, memory_limit: int | None = None) -> str:
+    """'TypeError: message (at file.py:12 in fn)': the innermost frame, for a person to act on."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    message = " ".join(str(exc).split()) or "(no message)"
+    if isinstance(exc, MemoryError) or "can't allocate memory" in message:
+        cap = f" of {memory_limit / 2 ** 30:.1f} GiB" if memory_limit else ""
+        message = f"out of memory: an allocation went beyond the worker's memory cap{cap} (--memory-limit). " + message
+    return f"{type(exc).__name__}: {message[:500]}{where}"

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sqlite3
 import sys
 from pathlib import Path
 
 from .contract import OptionError, ZooError
 
 DEFAULT_OUT = "leaderboard"
-_BUILTIN_SUITES = ("correctness", "complexity", "speed", "quality")  # profiles choose among these
-DATABASE = "results.sqlite"
-SCRATCH = ".zoo-cache"  # executors' temporary files (Ray's), inside the output folder
+DATABASE = "results.sqlite"  # zoo.harness.DATABASE, without importing the harness for --help
 
 
 def _registry(args):
@@ -80,6 +80,8 @@ def _positive(kind):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        if not math.isfinite(value):  # nan would silently disable a limit, inf overflow it
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
         return value
@@ -87,79 +89,25 @@ def _positive(kind):
     return parse
 
 
-def _writable_dir(path: str) -> Path:
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".zoo-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise OptionError(f"--out: cannot write to {str(out)!r} ({exc.strerror or exc})") from None
-    return out
+class _Parser(argparse.ArgumentParser):
+    """Rejections in one line naming the option (the usage block only with --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def cmd_run(args) -> int:
-    from .environment import fingerprint
-    from .leaderboard import render
-    from .profiles import Profile, get_profile
-    from .runner import RunOptions, execute, now, plan_jobs, worker_memory_limit
-    from .store import Store
+    from .harness import run
 
-    profile = get_profile(args.profile)
-    if args.device not in ("cpu", "cuda"):
-        raise OptionError(f"--device: expected cpu or cuda, got {args.device!r}")
-    lengths = _parse_lengths(args.lengths)
-    profile = profile.with_overrides(threads=args.threads, device=args.device, dtype=args.dtype,
-                                     speed_d_model=args.d_model, speed_heads=args.heads,
-                                     variant_options=_parse_options(args.option), repeats=args.repeats,
-                                     speed_lengths=lengths, complexity_lengths=lengths,
-                                     reference_length=max(lengths) if lengths and profile.reference_length not in lengths else None)
-    out = _writable_dir(args.out)
     registry = _registry(args)
-    names = _select(registry, args)
-    _check_variant_settings(registry, names, profile)
-    if args.executor == "ray":
-        from .ray_executor import check_reachable, require_ray
-
-        require_ray()
-        if args.address:
-            check_reachable(args.address)
-    elif args.address:
-        raise OptionError("--address: only used with --executor ray")
-    suites = args.suite or [s for s in registry.suites() if s in profile.default_suites or s not in _BUILTIN_SUITES]
-    unknown = [s for s in suites if s not in registry.suites()]
-    if unknown:
-        raise OptionError(f"--suite: unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(registry.suites())})")
-
-    store = Store(out / DATABASE)
-    run_id = store.latest_run(unfinished=True) if args.resume else None
-    if args.resume and run_id is None:
-        raise OptionError(f"--resume: no unfinished run in {str(out / DATABASE)!r}")
-    if run_id is not None:
-        profile = Profile.from_dict(store.settings(run_id))  # a resumed run keeps its own settings
-    memory_limit = worker_memory_limit(profile.device, args.memory_limit)
-    _check_device_available(profile.device, args)
-    if run_id is None:
-        environment = {**fingerprint(profile, profile.device), "command": " ".join(["zoo", *sys.argv[1:]])}
-        run_id = store.start_run(profile.as_dict(), environment, now())
-    jobs = plan_jobs(names, suites)
-    finished = store.finished_jobs(run_id)
-    todo = [job for job in jobs if (job.variant, job.suite) not in finished]
-    print(f"zoo: run {run_id}: {len(todo)} jobs ({len(jobs) - len(todo)} already done), profile {profile.name}, "
-          f"{profile.threads} threads, results in {out / DATABASE}", file=sys.stderr)
-    options = RunOptions(
-        profile=profile,
-        timeout_seconds=args.timeout or profile.variant_timeout_seconds,
-        plugins_dirs=[str(Path(p).resolve()) for p in args.plugins_dir],
-        memory_limit_bytes=memory_limit,
-        executor=args.executor, ray_address=args.address, scratch_dir=str(out.resolve() / SCRATCH),
-    )
-    execute(registry, store, run_id, todo, options, progress=_progress_printer(sys.stderr))
-    store.finish_run(run_id, now())
-    paths = render(store, run_id, out)
-    _summary(store, run_id)
-    print(f"zoo: leaderboard written to {paths[0]}", file=sys.stderr)
+    results = run(getattr(args, "names", None), filters=args.filter, suites=args.suite, profile=args.profile, out=args.out,
+        device=args.device, dtype=args.dtype, threads=args.threads, d_model=args.d_model, heads=args.heads,
+        lengths=_parse_lengths(args.lengths), repeats=args.repeats, options=_parse_options(args.option),
+        timeout=args.timeout, memory_limit_gib=args.memory_limit, executor=args.executor, address=args.address,
+        resume=args.resume, retry_errors=args.retry_errors, plugins_dirs=args.plugins_dir, registry=registry,
+        command=" ".join(["zoo", *sys.argv[1:]]), progress=_progress_printer(sys.stderr))
+    _summary(results)
+    print(f"zoo: leaderboard written to {results.attrs['leaderboard']}", file=sys.stderr)
     return 0
 
 
@@ -187,30 +135,9 @@ def _parse_lengths(text: str | None) -> tuple[int, ...] | None:
         lengths = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError:
         raise OptionError(f"--lengths: expected comma-separated integers, got {text!r}") from None
-    if not lengths or lengths[0] <= 0:
-        raise OptionError(f"--lengths: lengths must be positive, got {text!r}")
+    if not lengths:
+        raise OptionError(f"--lengths: expected comma-separated integers, got {text!r}")
     return lengths
-
-
-def _check_variant_settings(registry, names: list[str], profile) -> None:
-    """Build every selected variant with the run's sizes and options now, so a bad value is one clear
-    line before any work starts rather than an error row per variant later."""
-    from .api import build
-
-    for key in profile.variant_options:
-        if not any(key in registry.variant(n).options for n in names):
-            known = sorted({o for n in names for o in registry.variant(n).options})
-            raise OptionError(f"--option: no selected variant has an option {key!r} (their options: {', '.join(known) or 'none'})")
-    if profile.speed_d_model % profile.speed_heads:
-        raise OptionError(f"--d-model {profile.speed_d_model} is not divisible by --heads {profile.speed_heads}")
-    for name in names:
-        variant = registry.variant(name).with_defaults(profile.variant_options)
-        try:
-            build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads)
-        except OptionError as exc:
-            raise OptionError(f"--option/--d-model/--heads: {exc}") from None
-        except Exception:  # a plugin's own bug, not a bad value: its worker records it as an error row
-            continue
 
 
 def _progress_printer(stream):
@@ -228,21 +155,14 @@ def _progress_printer(stream):
     return show
 
 
-def _select(registry, args) -> list[str]:
-    if getattr(args, "names", None):
-        return [registry.variant(name).name for name in args.names]
-    names = registry.list_variants(args.filter) if args.filter else registry.list_variants()
-    if not names:
-        raise OptionError(f"--filter: {', '.join(args.filter)} matches no variant (known: {', '.join(registry.list_variants())})")
-    return names
-
-
-def _summary(store, run_id) -> None:
+def _summary(results) -> None:
     """One screen: per variant, the ranking gate, the complexity claims and the ranking ratio."""
     from .checks import FAILED, PASSED
     from .leaderboard import RANK_MODE, RANK_PHASE, _standing_text, _value, gate, kind_of, rank_check
+    from .store import Store
 
-    results = store.results(run_id)
+    store = Store(results.attrs["store"], readonly=True)
+    run_id = results.attrs["run_id"]
     n_ref = store.settings(run_id).get("reference_length")
     standings = gate(results)
     kinds = {r.variant: kind_of(r.provenance.get("card", {})) for r in store.jobs(run_id).itertuples()}
@@ -259,16 +179,6 @@ def _summary(store, run_id) -> None:
         print(f"{variant:<15} {kind:<6} {gate_text:<20} {claims:<20} {shown}")
 
 
-def _check_device_available(device: str, args) -> None:
-    """A cuda run needs a GPU here, unless its jobs go to a Ray cluster (which is asked when it starts)."""
-    if device != "cuda" or (args.executor == "ray" and args.address):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise OptionError("--device cuda: no CUDA device is available on this machine")
-
-
 def cmd_leaderboard(args) -> int:
     from .leaderboard import render
     from .store import Store
@@ -276,7 +186,7 @@ def cmd_leaderboard(args) -> int:
     path = Path(args.out) / DATABASE
     if not path.exists():
         raise OptionError(f"--out: no results database at {str(path)!r}; run `zoo run-all` first")
-    store = Store(path)
+    store = Store(path, readonly=True)
     if args.by == "device":
         return _leaderboard_by_device(store, Path(args.out))
     run_id = args.run or store.latest_run()
@@ -297,6 +207,8 @@ def _leaderboard_by_device(store, out: Path) -> int:
 
 def cmd_merge(args) -> int:
     from .store import Store, merge
+
+    from .harness import _writable_dir
 
     out = _writable_dir(args.out)
     for source in args.databases:
@@ -365,7 +277,7 @@ def cmd_compare(args) -> int:
     path = Path(args.out) / DATABASE
     if not path.exists():
         raise OptionError(f"--out: no results database at {str(path)!r}")
-    store = Store(path)
+    store = Store(path, readonly=True)
     runs = list(store.runs().run_id)
     resolved = []
     for given in (args.run_a, args.run_b):
@@ -389,13 +301,13 @@ def cmd_compare(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--plugins-dir", action="append", default=[], metavar="DIR",
                         help="load every .py file in DIR as a plugin (repeatable; also $ZOO_PLUGINS_DIR)")
     common.add_argument("--strict", action="store_true", help="a plugin that fails to load is an error (exit 2)")
 
-    parser = argparse.ArgumentParser(prog="zoo", description="A plugin-based zoo of attention mechanisms for PyTorch.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="zoo", description="A plugin-based zoo of attention mechanisms for PyTorch.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("list", parents=[common], help="list variants (wildcard filter)")
     p.add_argument("pattern", nargs="?", help="wildcard pattern, e.g. '*head*'")
@@ -408,12 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", parents=[common], help="what loaded, from where, and what failed")
     p.set_defaults(func=cmd_plugins)
 
-    run_options = argparse.ArgumentParser(add_help=False)
+    run_options = _Parser(add_help=False)
     run_options.add_argument("--profile", default="quick", help="quick (default, ~2 min) or full")
     run_options.add_argument("--suite", action="append", help="run only this suite (repeatable)")
     run_options.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     run_options.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
     run_options.add_argument("--resume", action="store_true", help="finish the last interrupted run in --out")
+    run_options.add_argument("--retry-errors", action="store_true",
+                             help="with --resume: redo the latest run's jobs that ended in an error (e.g. a killed worker)")
     run_options.add_argument("--executor", choices=("local", "ray"), default="local",
                              help="local worker processes (default) or a Ray cluster (pip install 'attention-zoo[ray]')")
     run_options.add_argument("--address", help="with --executor ray: the cluster's HOST:PORT, or auto for one "
@@ -476,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ZooError as exc:
         print(f"zoo: error: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as exc:  # a results database damaged while in use
+        print(f"zoo: error: results database: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nzoo: interrupted; finished jobs are kept (zoo run-all --resume continues)", file=sys.stderr)

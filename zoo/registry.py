@@ -167,7 +167,7 @@ class Registry:
                     continue
                 try:
                     impl.function(register=_RecordingRegister(callback, self, origin))
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:
                     self._fail(origin, f"{hook_name} raised {type(exc).__name__}: {exc}")
 
     def _fail(self, origin: Origin, error: str) -> None:
@@ -180,7 +180,7 @@ class Registry:
             return
         try:
             module = importlib.import_module(module_name)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin calling sys.exit() must not end the run
             self._fail(origin, f"import raised {type(exc).__name__}: {exc}")
             return
         origin = dataclasses.replace(origin, location=getattr(module, "__file__", None) or module_name)
@@ -212,7 +212,7 @@ class Registry:
                 continue
             try:
                 plugin = ep.load()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 self._fail(origin, f"import raised {type(exc).__name__}: {exc}")
                 continue
             file = getattr(plugin, "__file__", None)
@@ -240,7 +240,7 @@ class Registry:
             module = importlib.util.module_from_spec(spec)
             sys.modules[module_name] = module
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             sys.modules.pop(module_name, None)
             self._fail(origin, f"import raised {type(exc).__name__}: {exc}")
             return

@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from .checks import ERROR
 from .contract import OptionError
@@ -32,6 +33,29 @@ from .store import Store
 
 
 PR_SET_PDEATHSIG = 1
+SCRATCH_PREFIX = "zoo-worker-"  # + the runner's pid: a folder whose runner died (kill -9) is removed next run
+
+
+def remove_stale_scratch() -> list[Path]:
+    """Remove worker folders left in the temporary directory by runners that no longer exist."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = folder.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -48,7 +72,6 @@ class RunOptions:
     timeout_seconds: float
     plugins_dirs: list[str] = field(default_factory=list)
     memory_limit_bytes: int | None = None
-    executor: str = "local"  # or "ray"
     ray_address: str | None = None  # None: start a local Ray cluster for the run
     scratch_dir: str | None = None  # where an executor may keep its temporary files (Ray's)
 
@@ -79,6 +102,16 @@ def worker_memory_limit(device: str, requested_gib: float | None) -> int | None:
     return int(requested_gib * 2 ** 30) if requested_gib else default_memory_limit()
 
 
+class Executor(Protocol):
+    """What the runner hands jobs to: :class:`LocalExecutor` here, ``RayExecutor`` on a cluster.
+
+    ``run`` executes every job and reports, as they happen, each finished check (``on_check``) and
+    each finished job, done or not (``on_job``, with an ``error`` row when the job did not finish).
+    """
+
+    def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None: ...
+
+
 class LocalExecutor:
     """Runs each variant's jobs in its own worker subprocess, one variant at a time (timings stay clean)."""
 
@@ -86,6 +119,7 @@ class LocalExecutor:
         self.options = options
 
     def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
+        remove_stale_scratch()
         by_variant: dict[str, list[Job]] = {}
         for job in jobs:
             by_variant.setdefault(job.variant, []).append(job)
@@ -97,7 +131,7 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
                   on_job: Callable[[dict], None]) -> None:
     """Run ``jobs`` in one fresh worker process, reporting each finished check and job as it lands;
     a job the worker did not finish (crash, hang, memory) is reported with an ``error`` row."""
-    with tempfile.TemporaryDirectory(prefix="zoo-worker-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         spec_path, out_path, log_path = (Path(scratch) / name for name in ("spec.json", "out.jsonl", "log.txt"))
         spec_path.write_text(json.dumps({
             "jobs": [asdict(job) for job in jobs],
@@ -175,10 +209,11 @@ def _complete_lines(handle) -> Iterable[dict]:
 
 
 def _worker_setup(memory_limit: int | None):
-    """Runs in the worker before it starts: the memory cap, and death with its parent (Linux), so a
-    killed run leaves no orphan behind."""
+    """Runs in the worker before it starts: Ctrl-C ignored (the runner stops it), the memory cap, and
+    death with its parent (Linux), so a killed run leaves no orphan behind."""
 
     def apply() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle (it stops the worker)
         if memory_limit:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
         if sys.platform.startswith("linux"):
@@ -229,9 +264,9 @@ def provenance(registry: Registry, variant_name: str) -> dict:
     return data
 
 
-def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], options: RunOptions,
+def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], executor: Executor,
             progress: Callable[[str], None] = lambda line: None) -> None:
-    """Run ``jobs`` and record each in the store as it finishes."""
+    """Hand ``jobs`` to ``executor`` and record each in the store as it finishes."""
     checks_per_suite = {suite: len(registry.checks_for(suite)) for suite in {job.suite for job in jobs}}
     counts: dict[tuple[str, str], int] = {}
     started: dict[tuple[str, str], float] = {}
@@ -254,12 +289,6 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], opti
         status = "" if record["status"] == "done" else f"  {record['status'].upper()}: {record['rows'][-1]['detail']}"
         progress(_bar(finished[0], total, key, checks_per_suite[key[1]], checks_per_suite[key[1]]) + f" {seconds:6.1f} s{status}\n")
 
-    if options.executor == "ray":
-        from .ray_executor import RayExecutor
-
-        executor = RayExecutor(options)
-    else:
-        executor = LocalExecutor(options)
     executor.run(jobs, on_check, on_job)
 
 

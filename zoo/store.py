@@ -17,6 +17,7 @@ from typing import Iterable
 import pandas as pd
 
 from .checks import RESULT_FIELDS
+from .contract import ZooError
 
 RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
 
@@ -57,18 +58,49 @@ CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id, variant, suite);
 """
 
 
+SCHEMA_VERSION = 2
+"""``PRAGMA user_version`` of a store this zoo writes (1: before per-round samples were kept; 0: a store
+written before the version was recorded, read as 1). A newer store is refused, never converted."""
+
+
+class StoreError(ZooError):
+    """The results database cannot be used: not a zoo database, damaged, or from a newer zoo."""
+
+
 class Store:
-    def __init__(self, path: str | Path) -> None:
+    """A results database. ``readonly`` stores never write (no WAL switch, no CREATE, no migration):
+    commands that only read (``zoo leaderboard``, ``zoo compare``, a merge's source) open them so."""
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly
 
     def _connect(self) -> sqlite3.Connection:
-        connection = sqlite3.connect(self.path, timeout=60)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA busy_timeout=60000")
-        connection.executescript(SCHEMA)
-        columns = {row[1] for row in connection.execute("PRAGMA table_info(results)")}
-        if "samples" not in columns:  # a store written before per-round samples were kept
-            connection.execute("ALTER TABLE results ADD COLUMN samples TEXT")
+        try:
+            if self.readonly:
+                connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
+            else:
+                connection = sqlite3.connect(self.path, timeout=60)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open results database {str(self.path)!r}: {exc}") from None
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{str(self.path)!r} was written by a newer zoo (schema {version}; this zoo reads up "
+                                 f"to {SCHEMA_VERSION}): upgrade attention-zoo to use it")
+            if not self.readonly:
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA busy_timeout=60000")
+                connection.executescript(SCHEMA)
+                if "samples" not in _columns(connection):  # a store written before per-round samples were kept
+                    connection.execute("ALTER TABLE results ADD COLUMN samples TEXT")
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            connection.close()
+            raise StoreError(f"{str(self.path)!r} is not a usable zoo results database ({exc})") from None
+        except StoreError:
+            connection.close()
+            raise
         return connection
 
     def start_run(self, settings: dict, environment: dict, started: str) -> str:
@@ -96,9 +128,17 @@ class Store:
             db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
                        (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True)))
 
-    def finished_jobs(self, run_id: str) -> set[tuple[str, str]]:
+    def finished_jobs(self, run_id: str, without_errors: bool = False) -> set[tuple[str, str]]:
+        """(variant, suite) of the run's recorded jobs; ``without_errors``: only those that did not err."""
+        query = "SELECT variant, suite FROM jobs WHERE run_id = ?" + (" AND status != 'error'" if without_errors else "")
         with closing(self._connect()) as db:
-            return set(db.execute("SELECT variant, suite FROM jobs WHERE run_id = ?", (run_id,)).fetchall())
+            return set(db.execute(query, (run_id,)).fetchall())
+
+    def discard_if_empty(self, run_id: str) -> None:
+        """Remove a run that recorded no job (it failed or was stopped before any finished)."""
+        with closing(self._connect()) as db, db:
+            if db.execute("SELECT COUNT(*) FROM jobs WHERE run_id = ?", (run_id,)).fetchone()[0] == 0:
+                db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
 
     def runs(self) -> pd.DataFrame:
         with closing(self._connect()) as db:
@@ -123,7 +163,9 @@ class Store:
 
     def results(self, run_id: str) -> pd.DataFrame:
         with closing(self._connect()) as db:
-            frame = pd.read_sql_query(f"SELECT {_COLUMN_LIST} FROM results WHERE run_id = ?", db, params=(run_id,))
+            present = _columns(db)
+            selected = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in RESULT_COLUMNS)
+            frame = pd.read_sql_query(f"SELECT {selected} FROM results WHERE run_id = ?", db, params=(run_id,))
         frame["n"] = frame["n"].astype("Int64")
         frame["samples"] = frame["samples"].map(lambda text: json.loads(text) if isinstance(text, str) else None)
         return frame
@@ -144,18 +186,23 @@ class Store:
 
 def merge(target: Store, source_path: str | Path) -> list[str]:
     """Copy the runs of another results database (another machine's) into ``target``; runs already
-    present are left alone. Returns the ids of the runs copied."""
-    source = Store(source_path)
+    present are left alone; the source is only read. Returns the ids of the runs copied."""
+    source = Store(source_path, readonly=True)
     existing = set(target.runs().run_id)
     copied = [r for r in source.runs().run_id if r not in existing]
     if not copied:
         return []
     marks = ",".join("?" * len(copied))
+    with closing(source._connect()) as other:
+        present = _columns(other)
+        columns = "run_id, " + ", ".join(f'"{c}"' if c in present else "NULL" for c in RESULT_COLUMNS)
+        rows = {table: other.execute(f"SELECT {select} FROM {table} WHERE run_id IN ({marks})", copied).fetchall()
+                for table, select in (("runs", "*"), ("jobs", "*"), ("results", columns))}
     with closing(target._connect()) as db, db:
-        db.execute("ATTACH DATABASE ? AS other", (str(Path(source_path)),))
-        for table in ("runs", "jobs", "results"):
-            columns = "run_id, " + _COLUMN_LIST if table == "results" else "*"
-            db.execute(f"INSERT INTO {table} SELECT {columns} FROM other.{table} WHERE run_id IN ({marks})", copied)
+        for table, names in (("runs", ""), ("jobs", ""), ("results", f" (run_id, {_COLUMN_LIST})")):
+            if rows[table]:
+                width = len(rows[table][0])
+                db.executemany(f"INSERT INTO {table}{names} VALUES ({', '.join('?' * width)})", rows[table])
     return copied
 
 
@@ -167,6 +214,10 @@ def device_kind(environment: dict) -> str:
 
 
 _COLUMN_LIST = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
+
+
+def _columns(db: sqlite3.Connection, schema: str = "main") -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA {schema}.table_info(results)")}
 
 
 def _column(name: str, value):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from .checks import ERROR, FAILED, PASSED, SKIPPED, Check, Result
+from .checks import run_check as run_check_rows
 from .contract import Variant
 from .profiles import PROFILES, Profile, get_profile
 
@@ -70,18 +71,9 @@ def _resolve(variant: Variant | str, registry=None) -> Variant:
 
 
 def run_check(check: Check, variant: Variant, profile: Profile) -> CheckOutcome:
-    reason = check.applies(variant.tags)
-    if reason:
-        return CheckOutcome(check.name, SKIPPED, reason=reason)
-    rows: list[Result] = []
-    try:
-        rows.extend(check.run(variant, profile))
-    except Exception as exc:  # an exception in the variant is that check's error, not the suite's
-        from .worker import describe_exception
-
-        rows.append(Result(check.name, ERROR, detail=describe_exception(exc)))
+    rows = run_check_rows(check, variant, profile)
     statuses = {r.status for r in rows}
-    if statuses == {SKIPPED}:  # e.g. no baselines declared: nothing was checked
+    if statuses <= {SKIPPED}:  # ruled out by the tags, or e.g. no baselines declared: nothing was checked
         return CheckOutcome(check.name, SKIPPED, rows, reason="; ".join(sorted({r.detail for r in rows})))
     status = ERROR if ERROR in statuses else FAILED if FAILED in statuses else PASSED
     return CheckOutcome(check.name, status, rows)

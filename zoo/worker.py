@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-import traceback
 from typing import IO
 
-from .checks import ERROR, SKIPPED, Result
+from .checks import run_check
 from .profiles import Profile
 
 
@@ -35,30 +34,10 @@ def run_jobs(spec: dict, out: IO[str]) -> None:
         variant = registry.variant(job["variant"]).with_defaults(profile.variant_options)
         for check in registry.checks_for(job["suite"]):
             started = time.perf_counter()
-            reason = check.applies(variant.tags)
-            if reason:
-                rows = [Result(check.name, SKIPPED, detail=reason)]
-            else:
-                rows = []
-                try:
-                    for row in check.run(variant, profile):
-                        rows.append(row)
-                except Exception as exc:  # one check's failure must not stop the others
-                    rows.append(Result(check.name, ERROR, detail=describe_exception(exc, spec.get("memory_limit_bytes"))))
+            rows = run_check(check, variant, profile, spec.get("memory_limit_bytes"))
             emit({"type": "check", "variant": variant.name, "suite": job["suite"], "check": check.name,
                   "seconds": time.perf_counter() - started, "rows": [r.as_dict() for r in rows]})
         emit({"type": "job", "variant": variant.name, "suite": job["suite"], "ran_on": ran_on})
-
-
-def describe_exception(exc: BaseException, memory_limit: int | None = None) -> str:
-    """'TypeError: message (at file.py:12 in fn)': the innermost frame, for a person to act on."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
-    message = " ".join(str(exc).split()) or "(no message)"
-    if isinstance(exc, MemoryError) or "can't allocate memory" in message:
-        cap = f" of {memory_limit / 2 ** 30:.1f} GiB" if memory_limit else ""
-        message = f"out of memory: an allocation went beyond the worker's memory cap{cap} (--memory-limit). " + message
-    return f"{type(exc).__name__}: {message[:500]}{where}"
 
 
 def main(argv: list[str] | None = None) -> int:

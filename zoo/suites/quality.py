@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -52,10 +53,21 @@ def accuracy(model, task: Task, device: str = "cpu") -> float:
     return float((predictions[asked] == targets[asked]).float().mean())
 
 
-def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float,
-          device: str = "cpu") -> tuple[float, float] | str:
-    """(accuracy, seconds) after ``hp['steps']`` steps on ``device``, or the reason it was not trained.
-    Data comes from a CPU generator, so every device trains on the same examples."""
+@dataclass(frozen=True)
+class Training:
+    """What one training run gave: accuracy on fresh examples and seconds, or why it was not trained."""
+
+    accuracy: float | None
+    seconds: float
+    skipped: str | None = None
+
+
+def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float | None = None,
+          device: str = "cpu") -> Training:
+    """Train for ``hp['steps']`` steps on ``device`` and score. With a budget, the run is abandoned after
+    three steps if it is predicted to take longer (a profile's guard; tests pass no budget, so their
+    results never depend on the clock). Data comes from a CPU generator, so every device trains on the
+    same examples."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = make_model(variant, task, hp).to(device)
@@ -67,14 +79,16 @@ def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float,
         loss = _loss(model, inputs, targets)
         loss.backward()
         optimizer.step()
-        if step == 2:
+        if step == 2 and budget_seconds is not None:
             synchronize()
             predicted = (time.perf_counter() - started) / 3 * hp["steps"]
             if predicted > budget_seconds:
-                return f"predicted {predicted:.0f} s to train, over the {budget_seconds:g} s budget per task"
-    if not math.isfinite(float(loss)):  # once NaN, the weights stay NaN: the last step tells
-        raise FloatingPointError(f"training loss is {float(loss)} after {hp['steps']} steps on {task.name}")
-    return accuracy(model, task, device), time.perf_counter() - started  # accuracy's float() waits for the GPU
+                return Training(None, time.perf_counter() - started,
+                                f"predicted {predicted:.0f} s to train, over the {budget_seconds:g} s budget per task")
+    if not math.isfinite(loss.item()):  # once NaN, the weights stay NaN: the last step tells
+        raise FloatingPointError(f"training loss is {loss.item()} after {hp['steps']} steps on {task.name}")
+    score = accuracy(model, task, device)  # its float() waits for the GPU
+    return Training(score, time.perf_counter() - started)
 
 
 def run_quality(variant, profile):
@@ -86,12 +100,12 @@ def run_quality(variant, profile):
         scores, seconds = [], []
         for seed in range(profile.seed, profile.seed + profile.quality_seeds):
             outcome = train(variant, task, hp, seed, profile.quality_task_budget_seconds, profile.device)
-            if isinstance(outcome, str):
-                yield Result("accuracy", SKIPPED, task.name, detail=outcome)
+            if outcome.skipped:
+                yield Result("accuracy", SKIPPED, task.name, detail=outcome.skipped)
                 break
-            scores.append(outcome[0])
-            seconds.append(outcome[1])
-            yield Result("accuracy-seed", MEASURED, f"{task.name} seed={seed}", outcome[0], "fraction")
+            scores.append(outcome.accuracy)
+            seconds.append(outcome.seconds)
+            yield Result("accuracy-seed", MEASURED, f"{task.name} seed={seed}", outcome.accuracy, "fraction")
         if not scores:
             continue
         spread = statistics.stdev(scores) if len(scores) > 1 else 0.0

@@ -114,8 +114,8 @@ def run_speed(variant, profile):
                 yield Result("finite-output", ERROR, f"{mode} fwd n={n}", detail=f"the variant returned NaN or inf "
                              f"at n={n} (Gaussian self-attention inputs, {profile.dtype}); not timed", n=n, mode=mode)
                 continue
-            seconds = timed(loads[variant.name].train_step)
-            if seconds > profile.call_limit_seconds:
+            seconds = timed(loads[variant.name].train_step) if profile.call_limit_seconds is not None else 0.0
+            if profile.call_limit_seconds is not None and seconds > profile.call_limit_seconds:
                 stopped_by = (f"safety net: one forward+backward call took {seconds:.3g} s at n={n}, over the "
                               f"profile's {profile.call_limit_seconds:g} s limit; not timed from this length on")
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)

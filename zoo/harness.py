@@ -1,0 +1,207 @@
+"""The harness's entry point: ``zoo.run(...)`` selects, validates, plans, executes and reports, in that
+order, and returns the run's results as a DataFrame. ``zoo run``/``zoo run-all`` are a thin layer over
+it; a notebook can call it directly::
+
+    import zoo
+    results = zoo.run(["windowed", "linear"], suites=["correctness", "speed"], profile="smoke", out="/tmp/board")
+    results.attrs["run_id"], results.attrs["leaderboard"]
+
+Every bad value is a :class:`zoo.ZooError` naming the option before any work starts (the CLI prints
+it as one line and exits 2); a plugin's own faults become that variant's error rows.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import pandas as pd
+
+from .contract import OptionError
+
+DATABASE = "results.sqlite"
+SCRATCH = ".zoo-cache"  # executors' temporary files (Ray's), inside the output folder
+BUILTIN_SUITES = ("correctness", "complexity", "speed", "quality")  # profiles choose among these
+MAX_LENGTH = 2 ** 20  # the plan counts real calls at the two smallest lengths: keep those allocatable
+
+
+def run(variants: Iterable[str] | None = None, *, filters: Iterable[str] | None = None,
+        suites: Iterable[str] | None = None, profile: str = "quick", out: str | os.PathLike = "leaderboard",
+        device: str = "cpu", dtype: str | None = None, threads: int | None = None, d_model: int | None = None,
+        heads: int | None = None, lengths: Iterable[int] | None = None, repeats: int | None = None,
+        options: Mapping[str, object] | None = None, timeout: float | None = None,
+        memory_limit_gib: float | None = None, executor: str = "local", address: str | None = None,
+        resume: bool = False, retry_errors: bool = False, plugins_dirs: Iterable[str] = (), registry=None,
+        command: str | None = None, progress: Callable[[str], None] = lambda line: None) -> pd.DataFrame:
+    """Run suites on variants and write the leaderboard into ``out``; return the run's result rows
+    (``attrs``: ``run_id``, ``store``, ``leaderboard``). ``variants`` names them; else ``filters``
+    (wildcards) select among all registered ones; else all. ``suites`` default to the profile's."""
+    from .leaderboard import render
+    from .registry import load_registry
+    from .runner import LocalExecutor, RunOptions, execute, now, plan_jobs, worker_memory_limit
+    from .store import Store
+
+    # select
+    registry = registry or load_registry(plugins_dirs)
+    names = _select(registry, variants, filters)
+    # validate
+    settings = _profile(profile, device=device, dtype=dtype, threads=threads, d_model=d_model, heads=heads,
+                        lengths=lengths, repeats=repeats, options=options, executor=executor)
+    _check_variant_settings(registry, names, settings, _profile(profile))
+    chosen = _suites(registry, suites, settings)
+    if executor not in ("local", "ray"):
+        raise OptionError(f"--executor: expected local or ray, got {executor!r}")
+    if executor == "ray":
+        from .ray_executor import check_reachable, require_ray
+
+        require_ray()
+        if address:
+            check_reachable(address)
+    elif address:
+        raise OptionError("--address: only used with --executor ray")
+    if retry_errors and not resume:
+        raise OptionError("--retry-errors: only with --resume")
+    folder = _writable_dir(out)
+    store = Store(folder / DATABASE)
+    run_id = store.latest_run(unfinished=not retry_errors) if resume else None
+    if resume and run_id is None:
+        raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run in {str(folder / DATABASE)!r}")
+    if run_id is not None:
+        from .profiles import Profile
+
+        settings = Profile.from_dict(store.settings(run_id))  # a resumed run keeps its own settings
+    memory_limit = worker_memory_limit(settings.device, memory_limit_gib)
+    _check_device_available(settings.device, executor, address)
+    # plan
+    if run_id is None:
+        from .environment import fingerprint
+
+        environment = {**fingerprint(settings, settings.device), "command": command or "zoo.run(...)"}
+        run_id = store.start_run(settings.as_dict(), environment, now())
+    jobs = plan_jobs(names, chosen)
+    finished = store.finished_jobs(run_id, without_errors=retry_errors)
+    todo = [job for job in jobs if (job.variant, job.suite) not in finished]
+    progress(f"zoo: run {run_id}: {len(todo)} jobs ({len(jobs) - len(todo)} already done), profile {settings.name}, "
+             f"{settings.threads} threads, results in {folder / DATABASE}\n")
+    run_options = RunOptions(
+        profile=settings, timeout_seconds=timeout or settings.variant_timeout_seconds,
+        plugins_dirs=[str(Path(p).resolve()) for p in plugins_dirs], memory_limit_bytes=memory_limit,
+        ray_address=address, scratch_dir=str(folder.resolve() / SCRATCH),
+    )
+    # execute
+    if executor == "ray":
+        from .ray_executor import RayExecutor
+
+        chosen_executor = RayExecutor(run_options)
+    else:
+        chosen_executor = LocalExecutor(run_options)
+    try:
+        execute(registry, store, run_id, todo, chosen_executor, progress=progress)
+    except BaseException:
+        store.discard_if_empty(run_id)  # a run that failed before finishing any job leaves no trace
+        raise
+    store.finish_run(run_id, now())
+    # report
+    written = render(store, run_id, folder)
+    results = store.results(run_id)
+    results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]))
+    return results
+
+
+def _select(registry, variants, filters) -> list[str]:
+    if variants:
+        return [registry.variant(name).name for name in variants]
+    filters = list(filters or [])
+    names = registry.list_variants(filters) if filters else registry.list_variants()
+    if not names:
+        raise OptionError(f"--filter: {', '.join(filters)} matches no variant (known: {', '.join(registry.list_variants())})")
+    return names
+
+
+def _profile(name: str, *, device: str = "cpu", dtype=None, threads=None, d_model=None, heads=None, lengths=None,
+             repeats=None, options=None, executor: str = "local"):
+    """The named profile with this run's overrides, each checked by name."""
+    from .profiles import get_profile
+
+    base = get_profile(name)
+    if device not in ("cpu", "cuda"):
+        raise OptionError(f"--device: expected cpu or cuda, got {device!r}")
+    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
+        raise OptionError(f"--dtype: expected float32, bfloat16 or float16, got {dtype!r}")
+    if lengths is not None:
+        lengths = tuple(sorted(set(lengths)))
+        if not lengths or lengths[0] <= 0:
+            raise OptionError(f"--lengths: lengths must be positive, got {lengths!r}")
+        if lengths[-1] > MAX_LENGTH:
+            raise OptionError(f"--lengths: {lengths[-1]} is longer than the zoo measures (at most {MAX_LENGTH})")
+    if executor == "local" and threads and threads > (os.cpu_count() or 1):
+        raise OptionError(f"--threads: {threads} is more than this machine's {os.cpu_count()} CPUs")
+    reference = max(lengths) if lengths and base.reference_length not in lengths else None
+    return base.with_overrides(threads=threads, device=device, dtype=dtype, speed_d_model=d_model, speed_heads=heads,
+                               variant_options=dict(options) if options else None, repeats=repeats,
+                               speed_lengths=lengths, complexity_lengths=lengths, reference_length=reference)
+
+
+def _suites(registry, suites, profile) -> list[str]:
+    chosen = list(suites or [s for s in registry.suites() if s in profile.default_suites or s not in BUILTIN_SUITES])
+    unknown = [s for s in chosen if s not in registry.suites()]
+    if unknown:
+        raise OptionError(f"--suite: unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(registry.suites())})")
+    return chosen
+
+
+def _writable_dir(path) -> Path:
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".zoo-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise OptionError(f"--out: cannot write to {str(folder)!r} ({exc.strerror or exc})") from None
+    return folder
+
+
+def _check_variant_settings(registry, names: list[str], profile, defaults) -> None:
+    """Build every selected variant with the run's sizes and options now, so a bad value is one clear
+    line before any work starts rather than an error row per variant later."""
+    from .api import build
+
+    for key in profile.variant_options:
+        if not any(key in registry.variant(n).options for n in names):
+            known = sorted({o for n in names for o in registry.variant(n).options})
+            raise OptionError(f"--option: no selected variant has an option {key!r} (their options: {', '.join(known) or 'none'})")
+    if profile.speed_d_model % profile.speed_heads:
+        raise OptionError(f"--d-model {profile.speed_d_model} is not divisible by --heads {profile.speed_heads}")
+    for name in names:
+        variant = registry.variant(name).with_defaults(profile.variant_options)
+        try:
+            build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads)
+        except OptionError as exc:
+            if _builds_with_defaults(registry.variant(name), defaults):
+                raise OptionError(f"--option/--d-model/--heads: {exc}") from None
+        except Exception:  # a plugin's own bug, not a bad value: its worker records it as an error row
+            continue
+
+
+def _builds_with_defaults(variant, defaults) -> bool:
+    """Whether the variant builds with its own option defaults and the profile's default sizes: if so, a
+    failure with the user's values is the user's (exit 2); if not, it is the plugin's (error rows)."""
+    from .api import build
+
+    try:
+        build(variant, d_model=defaults.speed_d_model, num_heads=defaults.speed_heads)
+    except Exception:
+        return False
+    return True
+
+
+def _check_device_available(device: str, executor: str, address: str | None) -> None:
+    """A cuda run needs a GPU here, unless its jobs go to a Ray cluster (which is asked when it starts)."""
+    if device != "cuda" or (executor == "ray" and address):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise OptionError("--device cuda: no CUDA device is available on this machine")
