@@ -67,14 +67,16 @@ def good_plugin(name: str) -> str:
     return GOOD_PLUGIN.replace("{name}", name)
 
 
-def run_zoo(*args, env=None, timeout=600):
-    """``python -m zoo ARGS`` as a user runs it: a subprocess, its output captured."""
+def run_zoo(*args, env=None, timeout=600, inherit=True):
+    """``python -m zoo ARGS`` as a user runs it: a subprocess, its output captured; ``env`` adds to this
+    process's environment (``inherit=False``: replaces it)."""
     import os
     import subprocess
     import sys
 
+    environment = {**os.environ, **(env or {})} if inherit else env
     return subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+                          env=environment, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

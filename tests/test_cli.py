@@ -5,12 +5,11 @@ import sys
 
 import pytest
 
-from conftest import good_plugin
+from conftest import good_plugin, run_zoo
 
 
 def zoo(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return run_zoo(*args, env=env, timeout=timeout)
 
 
 def test_help_is_instant_and_imports_neither_torch_nor_plugins():

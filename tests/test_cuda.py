@@ -44,9 +44,9 @@ def test_speed_records_the_cuda_sdpa_kernel_and_synchronised_times(smoke_run):
     results, _ = smoke_run
     backends = results[results.check == "sdpa-backend"].detail.dropna()
     assert backends.str.contains("scaled_dot_product").any() and not backends.str.contains("for_cpu").any()
-    # An unsynchronised timer would see only the launch: a float32 2048^3 matmul "in" microseconds.
-    peak = results[results.check == "matmul-peak"].value
-    assert ((peak > 100) & (peak < 200_000)).all(), peak.tolist()  # GFLOP/s
+    # That every clock reading waits for the GPU is tested without a GPU (tests/test_scaling.py), not by a
+    # window on how fast this GPU is.
+    assert (results[results.check == "matmul-peak"].value > 0).all()
     times = results[(results.check == "time") & (results.variant == "dot-product")].value
     assert not times.empty and (times > 0).all()
 

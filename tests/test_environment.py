@@ -1,10 +1,10 @@
 """Where workers keep torch's caches: the zoo's cache folder, unless the user chose."""
 
 import os
-import subprocess
-import sys
 
 import pandas as pd
+
+from conftest import run_zoo
 
 from zoo.environment import CACHE_FOLDERS, cache_env
 
@@ -41,9 +41,9 @@ def test_a_worker_runs_with_those_folders(tmp_path):
     plugins.mkdir()
     (plugins / "env_probe.py").write_text(ENV_PROBE)
     env = {k: v for k, v in os.environ.items() if k not in CACHE_FOLDERS}
-    done = subprocess.run([sys.executable, "-m", "zoo", "run", "dot-product", "--suite", "env-probe", "--profile", "smoke",
-                           "--plugins-dir", str(plugins), "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=300, env={**env, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    done = run_zoo("run", "dot-product", "--suite", "env-probe", "--profile", "smoke", "--plugins-dir", plugins,
+                   "--out", tmp_path / "out", timeout=300, env={**env, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+                   inherit=False)
     assert done.returncode == 0, done.stderr
     results = pd.read_csv(tmp_path / "out" / "results.csv")
     folders = results[results.check == "cache-folder"].set_index("setting").detail

@@ -199,3 +199,30 @@ def test_a_model_of_zoo_layers_round_trips_through_pickle_and_torch_save(registr
             assert torch.equal(other[1](other[0](x, x, x), x, x), model[1](model[0](x, x, x), x, x)), name
             with pytest.raises(VariantInputError, match=name):  # the input checks came along
                 other[0](x[0], x, x)
+
+
+def test_a_ray_address_that_cannot_be_reached_leaves_no_run_behind(tmp_path):
+    pytest.importorskip("ray", reason="the Ray executor is an optional extra")
+    done = run_zoo("run", "dot-product", "--executor", "ray", "--address", "notanaddress", "--suite", "correctness",
+                   "--profile", "smoke", "--out", tmp_path)
+    assert done.returncode == 2 and "--address notanaddress" in done.stderr.splitlines()[-1]
+    assert Store(tmp_path / "results.sqlite").runs().empty
+
+
+def test_ctrl_c_while_the_first_worker_starts_stops_the_run_with_status_130(tmp_path):
+    """SIGINT to the whole process group, as a terminal sends it, right after the run is announced."""
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "zoo", "run", "dot-product", "linear", "--suite", "correctness",
+                                "--profile", "smoke", "--out", str(tmp_path)], stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    announced = process.stderr.readline()
+    assert announced.startswith("zoo: run "), announced
+    os.killpg(process.pid, signal.SIGINT)
+    rest = process.communicate(timeout=120)[1]
+    assert process.returncode == 130, rest
+    assert "interrupted" in rest
+    runs = Store(tmp_path / "results.sqlite").runs()
+    assert runs.empty or runs.finished.isna().all()  # nothing claims to be a finished run

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import good_plugin
+from conftest import good_plugin, run_zoo
 from zoo.leaderboard import render
 from zoo.store import Store
 
@@ -20,8 +20,7 @@ KILLS_RAY_WORKER = good_plugin("kills-ray-worker").replace(
 
 
 def run(out, *args):
-    return subprocess.run([sys.executable, "-m", "zoo", "run", *map(str, args), "--profile", "smoke", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    return run_zoo("run", *args, "--profile", "smoke", "--out", out)
 
 
 def test_ray_gives_the_same_verdicts_and_exponents_as_local_in_the_same_store(tmp_path):

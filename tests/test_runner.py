@@ -1,12 +1,10 @@
 """`zoo run-all` end to end on the smoke profile: results, leaderboard files, and isolation of bad plugins."""
 
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-from conftest import good_plugin
+from conftest import good_plugin, run_zoo
 
 LEAKS_FUTURE = good_plugin("leaks-future").replace(
     "attn_mask, is_causal))", "attn_mask, False))  # ignores is_causal: a deliberate bug")
@@ -39,8 +37,7 @@ MISBEHAVING = {
 
 
 def run_all(tmp_path, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "zoo", "run-all", "--profile", "smoke", "--out", str(tmp_path / "out"),
-                           *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return run_zoo("run-all", "--profile", "smoke", "--out", tmp_path / "out", *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +123,7 @@ def test_speed_and_complexity_of_a_good_variant_render(tmp_path):
 def test_leaderboard_rerenders_from_the_database(finished_run):
     _, folder = finished_run
     (folder / "README.md").unlink()
-    out = subprocess.run([sys.executable, "-m", "zoo", "leaderboard", "--out", str(folder)],
-                         capture_output=True, text=True, timeout=120)
+    out = run_zoo("leaderboard", "--out", folder, timeout=120)
     assert out.returncode == 0 and (folder / "README.md").exists()
 
 

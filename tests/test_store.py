@@ -3,46 +3,43 @@
 import multiprocessing
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 
+from conftest import good_plugin, run_zoo
 from zoo.store import Store
 
 NAMES = ["dot-product", "linear", "windowed"]
 
+# A variant that kills the runner (its worker's parent) the first time it is called, as kill -9 would.
+RUNNER_KILLER = good_plugin("zz-killer").replace("        h = self.num_heads\n        return", """        import os, signal
+        if not os.path.exists(MARKER):
+            open(MARKER, "w").close()
+            os.kill(os.getppid(), signal.SIGKILL)
+        h = self.num_heads
+        return""")
 
-def _run(out, *extra):
-    args = [sys.executable, "-m", "zoo", "run-all", "--profile", "smoke", "--out", str(out), *extra]
-    for name in NAMES:
-        args += ["--filter", name]
-    return args
+
+def _run(out, *extra, plugins=None):
+    names = [*NAMES, "zz-killer"] if plugins else NAMES
+    args = ["run", *names, "--profile", "smoke", "--out", out, *extra]
+    return run_zoo(*args, *(["--plugins-dir", plugins] if plugins else []), timeout=300)
 
 
-def test_killed_run_keeps_finished_jobs_and_resume_completes_it(tmp_path):
-    out = tmp_path / "out"
-    process = subprocess.Popen(_run(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    database = out / "results.sqlite"
-    deadline = time.monotonic() + 120
-    finished = set()
-    while time.monotonic() < deadline and len(finished) < 2:
-        time.sleep(0.2)
-        if database.exists():
-            store = Store(database)
-            run = store.latest_run()
-            finished = store.finished_jobs(run) if run else set()
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert 2 <= len(finished) < 9, finished
-    store = Store(database)
+def test_killed_run_keeps_finished_jobs_and_resume_completes_it(tmp_path, write_plugin):
+    out, marker = tmp_path / "out", tmp_path / "killed-once"
+    plugins = write_plugin("killer", f"MARKER = {str(marker)!r}\n" + RUNNER_KILLER)
+    killed = _run(out, plugins=plugins)
+    assert killed.returncode == -signal.SIGKILL and marker.exists()
+    store = Store(out / "results.sqlite")
     run = store.latest_run(unfinished=True)
     before = store.jobs(run).set_index(["variant", "suite"]).seconds
+    assert len(before) == 9  # the three variants before the killer finished and were kept
 
-    resumed = subprocess.run(_run(out, "--resume"), capture_output=True, text=True, timeout=300)
+    resumed = _run(out, "--resume", plugins=plugins)
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run}" in resumed.stderr
     after = store.jobs(run).set_index(["variant", "suite"]).seconds
-    assert len(after) == 9 and store.latest_run(unfinished=True) is None
+    assert len(after) == 12 and store.latest_run(unfinished=True) is None
+
     for key in before.index:  # finished jobs were not redone
         assert after[key] == before[key]
     assert (out / "README.md").exists()
@@ -72,8 +69,7 @@ def test_concurrent_writers_do_not_corrupt_the_database(tmp_path):
 
 
 def test_resume_without_an_unfinished_run_is_a_clear_error(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "zoo", "run-all", "--resume", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    out = run_zoo("run-all", "--resume", "--out", tmp_path, timeout=60)
     assert out.returncode == 2 and "--resume: no unfinished run" in out.stderr
 
 
@@ -89,15 +85,12 @@ def test_runs_from_several_machines_merge_and_render_one_leaderboard_per_device(
         store.record_job(run, "dot-product", "speed", "done", 0.1, {"plugin": "dot_product", "card": {}},
                          [{"check": "x-torch-sdpa", "status": "measured", "value": ratio, "n": 64, "mode": "full",
                            "phase": "fwd+bwd"}])
-    merged = subprocess.run([sys.executable, "-m", "zoo", "merge", str(tmp_path / "b" / "results.sqlite"),
-                             "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
+    merged = run_zoo("merge", tmp_path / "b" / "results.sqlite", "--out", tmp_path / "a", timeout=60)
     assert merged.returncode == 0 and "merged 1 run" in merged.stderr
     assert len(here.runs()) == 2
-    again = subprocess.run([sys.executable, "-m", "zoo", "merge", str(tmp_path / "b" / "results.sqlite"),
-                            "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=60)
+    again = run_zoo("merge", tmp_path / "b" / "results.sqlite", "--out", tmp_path / "a", timeout=60)
     assert "merged 0 run" in again.stderr and len(here.runs()) == 2
-    rendered = subprocess.run([sys.executable, "-m", "zoo", "leaderboard", "--by", "device", "--out", str(tmp_path / "a")],
-                              capture_output=True, text=True, timeout=120)
+    rendered = run_zoo("leaderboard", "--by", "device", "--out", tmp_path / "a", timeout=120)
     assert rendered.returncode == 0, rendered.stderr
     index = (tmp_path / "a" / "by-device" / "README.md").read_text()
     assert "cpu: AMD EPYC" in index and "cuda (NVIDIA H200)" in index
