@@ -184,6 +184,98 @@ def test_every_registered_correctness_check_has_a_broken_variant(registry):
     assert {c.name for c in registry.checks_for("correctness")} == {b[0] for b in BROKEN}
 
 
+class GradientOnlyCausalLeak(Attention):
+    """Causal in value, but gradients flow to the future: out = causal + (full - full.detach())."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        out = super().forward(query, key, value, attn_mask, is_causal)
+        if not is_causal:
+            return out
+        full = super().forward(query, key, value, attn_mask, False)
+        return out + (full - full.detach())
+
+
+class GradientOnlyMaskLeak(Attention):
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        out = super().forward(query, key, value, attn_mask, is_causal)
+        unmasked = super().forward(query, key, value, None, is_causal)
+        return out + (unmasked - unmasked.detach())
+
+
+class DoubledParameterGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, out, weight):
+        ctx.save_for_backward(out, weight)
+        return out * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, weight = ctx.saved_tensors
+        return grad * weight, 2 * (grad * out).sum().reshape(weight.shape)  # the weight's gradient is doubled
+
+
+class WrongParameterGradient(Attention):
+    def __init__(self, d_model, num_heads=1):
+        super().__init__(d_model, num_heads)
+        self.weight = nn.Parameter(torch.ones(1))
+
+    def forward(self, *args, **kwargs):
+        return DoubledParameterGradient.apply(super().forward(*args, **kwargs), self.weight.to(args[0].dtype))
+
+
+def scaled_reference(module, *args, **kwargs):
+    return reference(module, *args, **kwargs) * module.weight.double()
+
+
+class NearlyZeroEmptyRows(EmptyRowsGiveOnes):
+    """Fully masked rows give 1e-7, not 0: small, but not the zeros the convention promises."""
+
+    def forward(self, *args, **kwargs):
+        out = Attention.forward(self, *args, **kwargs)
+        return out + (super().forward(*args, **kwargs) - out) * 1e-7
+
+
+def scaled_by(factor: float, dtype=None):
+    """A variant whose output is off by ``factor`` (only in ``dtype`` when given)."""
+
+    class Off(Attention):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            return out * factor if dtype is None or out.dtype == dtype else out
+
+    return Off
+
+
+FINELY_BROKEN = [
+    ("causal-leak", GradientOnlyCausalLeak, {}),
+    ("masked-keys", GradientOnlyMaskLeak, {}),
+    ("gradcheck", WrongParameterGradient, {"reference": scaled_reference, "tags": zoo.Tags(has_parameters=True)}),
+    ("empty-rows", NearlyZeroEmptyRows, {}),
+    ("reference-float64", scaled_by(1 + 1e-9), {}),  # tolerance 1e-10: ten times over
+    ("reference-float32", scaled_by(1 + 1e-4, torch.float32), {}),  # tolerance 1e-5: ten times over
+]
+
+
+@pytest.mark.parametrize("check_name, module_class, fields", FINELY_BROKEN,
+                         ids=[f"{b[0]}-{b[1].__name__}" for b in FINELY_BROKEN])
+def test_check_catches_a_fault_just_past_what_it_allows(registry, check_name, module_class, fields):
+    fields = dict(fields)
+    variant = zoo.Variant(name="broken", summary="A finely broken variant.", family="test", citation="none",
+                          factory=module_class, reference=fields.pop("reference", reference),
+                          complexity=zoo.Complexity(2, 1), **fields)
+    results = run(registry, check_name, variant)
+    assert any(r.status == FAILED for r in results), results
+
+
+@pytest.mark.parametrize("check_name, factor, dtype", [
+    ("reference-float64", 1 + 1e-11, None),  # ten times under the tolerance
+    ("reference-float32", 1 + 1e-6, torch.float32),
+])
+def test_reference_checks_pass_just_under_their_tolerance(registry, check_name, factor, dtype):
+    results = run(registry, check_name, make_variant(scaled_by(factor, dtype)))
+    assert results and all(r.status == PASSED for r in results), [r for r in results if r.status != PASSED]
+
+
 @pytest.mark.parametrize("name", ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"])
 def test_builtins_pass_every_applicable_check(registry, name):
     variant = registry.variant(name)

@@ -1,0 +1,106 @@
+"""Every branch of the contract's validation and of the zoo's input and output checks rejects what it
+should, with a message naming the variant and the culprit."""
+
+import pytest
+import torch
+from torch import nn
+
+import zoo
+from zoo.api import build
+from zoo.contract import RegistrationError, VariantInputError, VariantOutputError
+
+
+def _variant(**changes):
+    fields = dict(name="good", summary="s", family="f", citation="c", factory=lambda d_model, num_heads=1: nn.Identity(),
+                  reference=lambda *a, **k: None)
+    return zoo.Variant(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"name": "Bad Name"}, "does not match"),
+    ({"name": 3}, "does not match"),
+    ({"summary": "two\nlines"}, "summary must be one non-empty line"),
+    ({"family": " "}, "family must be one non-empty line"),
+    ({"citation": None}, "citation must be one non-empty line"),
+    ({"factory": "not callable"}, "factory must be callable"),
+    ({"reference": None}, "reference must be callable"),
+    ({"tags": {"exact": True}}, "tags must be a zoo.Tags"),
+    ({"complexity": (2, 1)}, "complexity must be a zoo.Complexity"),
+    ({"options": {"d_model": 3}}, "may not redefine"),
+    ({"targets": ("fast",)}, "targets must be zoo.Target"),
+    ({"options": {"window": 4}, "check_options": {"chunk": 2}}, "check_options ['chunk'] are not among its options"),
+    ({"baselines": {"other": 3}}, "baseline 'other' must be callable"),
+])
+def test_each_invalid_variant_field_is_refused_by_name(changes, message):
+    with pytest.raises(RegistrationError, match=None) as caught:
+        _variant(**changes).validate()
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("time, memory", [(0, 1), (5, 1), (2, -1), ("2", 1)])
+def test_complexity_claims_must_be_exponents_in_range(time, memory):
+    with pytest.raises(RegistrationError, match="complexity"):
+        zoo.Complexity(time, memory)
+
+
+class Plain(nn.Module):
+    def __init__(self, d_model, num_heads=1):
+        super().__init__()
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return query.clone()
+
+
+def _module(tags=zoo.Tags(), factory=Plain):
+    return build(_variant(factory=factory, tags=tags), d_model=8, num_heads=2)
+
+
+X = torch.randn(2, 5, 8)
+
+
+@pytest.mark.parametrize("tags, call, message", [
+    (zoo.Tags(), lambda m: m(X[0], X, X), "query must be a (batch, seq, dim) tensor"),
+    (zoo.Tags(), lambda m: m(X, X[:1], X[:1]), "batch sizes differ"),
+    (zoo.Tags(), lambda m: m(X, X, X[:, :4]), "key and value lengths differ"),
+    (zoo.Tags(), lambda m: m(torch.randn(2, 5, 6), X, X), "query feature size 6 != d_model 8"),
+    (zoo.Tags(), lambda m: m(X, torch.randn(2, 5, 6), torch.randn(2, 5, 6)), "allows_kv_dims is False"),
+    (zoo.Tags(allows_different_lengths=False), lambda m: m(X, X[:, :3], X[:, :3]), "allows_different_lengths is False"),
+    (zoo.Tags(supports_causal=False), lambda m: m(X, X, X, is_causal=True), "supports_causal is False"),
+    (zoo.Tags(accepts_attn_mask=False), lambda m: m(X, X, X, attn_mask=torch.ones(5, 5, dtype=torch.bool)),
+     "accepts_attn_mask is False"),
+    (zoo.Tags(), lambda m: m(X, X, X, attn_mask=torch.ones(5, 5)), "must be a boolean tensor"),
+    (zoo.Tags(), lambda m: m(X, X, X, attn_mask=torch.ones(3, 5, 5, dtype=torch.bool)), "does not broadcast"),
+    (zoo.Tags(), lambda m: m(X, X, X, attn_mask=torch.ones(1, 1, 1, 1, 5, dtype=torch.bool)), "does not broadcast"),
+    (zoo.Tags(), lambda m: m(X, X, X, dropout=0.1), "unexpected argument 'dropout'"),
+    (zoo.Tags(), lambda m: m(X, X), "missing value"),
+])
+def test_each_input_check_names_the_variant_and_the_problem(tags, call, message):
+    with pytest.raises(VariantInputError) as caught:
+        call(_module(tags))
+    assert "variant 'good'" in str(caught.value) and message in str(caught.value)
+
+
+class ReturnsWrongShape(Plain):
+    def forward(self, query, *args, **kwargs):
+        return query[:, :1]
+
+
+class ReturnsFloat64(Plain):
+    def forward(self, query, *args, **kwargs):
+        return query.double()
+
+
+class ReturnsTuple(Plain):
+    def forward(self, query, *args, **kwargs):
+        return query, None
+
+
+@pytest.mark.parametrize("factory, message", [
+    (ReturnsWrongShape, "returned shape (2, 1, 8)"),
+    (ReturnsFloat64, "dtype and device must be preserved"),
+    (ReturnsTuple, "returned tuple, not a tensor"),
+])
+def test_each_output_check_names_the_variant_and_the_problem(factory, message):
+    with pytest.raises(VariantOutputError) as caught:
+        _module(factory=factory)(X, X, X)
+    assert "variant 'good'" in str(caught.value) and message in str(caught.value)
