@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import run_zoo
 from zoo.api import default_registry
 from zoo.cases import cases_for
 from zoo.profiles import PROFILES
@@ -19,8 +20,7 @@ GPU_FLOAT32_TOLERANCE = 1e-4  # GPU float32 kernels (cuBLAS without TF32, SDPA's
 
 
 def zoo_run(out, *args):
-    done = subprocess.run([sys.executable, "-m", "zoo", "run-all", "--device", "cuda", "--profile", "smoke",
-                           "--out", str(out), *args], capture_output=True, text=True, timeout=1200)
+    done = run_zoo("run-all", "--device", "cuda", "--profile", "smoke", "--out", out, *args, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     return pd.read_csv(out / "results.csv"), Store(out / "results.sqlite")
 

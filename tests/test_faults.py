@@ -226,3 +226,15 @@ def test_ctrl_c_while_the_first_worker_starts_stops_the_run_with_status_130(tmp_
     assert "interrupted" in rest
     runs = Store(tmp_path / "results.sqlite").runs()
     assert runs.empty or runs.finished.isna().all()  # nothing claims to be a finished run
+
+
+def test_a_plugin_that_loads_in_the_runner_but_not_in_its_worker_says_why(write_plugin, tmp_path):
+    source = "import os\nif os.environ.get('MALLOC_MMAP_MAX_') == '0':  # set for workers only\n" \
+             "    raise ImportError('this plugin refuses to load in workers')\n" + good_plugin("shy")
+    plugins = write_plugin("shy", source)
+    done = run_zoo("run", "shy", "--suite", "correctness", "--profile", "smoke", "--plugins-dir", plugins,
+                   "--out", tmp_path, env={"MALLOC_MMAP_MAX_": ""})
+    assert done.returncode == 0, done.stderr
+    store = Store(tmp_path / "results.sqlite")
+    detail = " ".join(store.results(store.latest_run()).detail)
+    assert "did not load in the worker" in detail and "refuses to load in workers" in detail

@@ -12,6 +12,7 @@ import time
 from typing import IO
 
 from .checks import run_check
+from .contract import UnknownVariantError
 from .profiles import Profile
 
 
@@ -31,6 +32,9 @@ def run_jobs(spec: dict, out: IO[str]) -> None:
         out.flush()
 
     for job in spec["jobs"]:
+        if job["variant"] not in registry.variants:  # it loaded in the runner but not here: say why
+            failures = "; ".join(f.message() for f in registry.failures) or "no plugin failure was recorded"
+            raise UnknownVariantError(f"variant {job['variant']!r} did not load in the worker ({failures})")
         variant = registry.variant(job["variant"]).with_defaults(profile.variant_options)
         for check in registry.checks_for(job["suite"]):
             started = time.perf_counter()
