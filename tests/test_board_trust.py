@@ -27,7 +27,7 @@ def _ranked_tables(readme: str) -> str:
         .split("### Unranked", 1)[0]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_subset_of_a_real_runs_rows_renders(smoke_run, tmp_path_factory, data):
     store, run_id = smoke_run

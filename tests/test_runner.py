@@ -46,12 +46,12 @@ def finished_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("run")
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    sources = {"leaks": LEAKS_FUTURE, "crashes": CRASHES, "hangs": HANGS, "raises": FACTORY_RAISES,
+    sources = {"leaks": LEAKS_FUTURE, "crashes": CRASHES, "raises": FACTORY_RAISES,
                **{name.replace("-", "_"): source for name, source in MISBEHAVING.items()}}
     for name, source in sources.items():
         (plugins / f"{name}.py").write_text(source)
-    names = ["dot-product", "leaks-future", "crashes", "hangs", "factory-raises", *MISBEHAVING]
-    out = run_all(tmp_path, "--plugins-dir", plugins, "--timeout", 25, "--memory-limit", 4, "--suite", "correctness",
+    names = ["dot-product", "leaks-future", "crashes", "factory-raises", *MISBEHAVING]
+    out = run_all(tmp_path, "--plugins-dir", plugins, "--memory-limit", 4, "--suite", "correctness",
                   *[arg for name in names for arg in ("--filter", name)])
     return out, tmp_path / "out"
 
@@ -62,7 +62,7 @@ def test_run_completes_and_writes_the_three_kinds_of_output(finished_run):
     assert (folder / "README.md").exists() and (folder / "results.csv").exists()
     results = pd.read_csv(folder / "results.csv")
     assert {"variant", "suite", "check", "setting", "status", "value", "unit", "detail"} <= set(results.columns)
-    assert set(results.variant) == {"dot-product", "leaks-future", "crashes", "hangs", "factory-raises", *MISBEHAVING}
+    assert set(results.variant) == {"dot-product", "leaks-future", "crashes", "factory-raises", *MISBEHAVING}
 
 
 def test_broken_variant_fails_with_its_reason_while_the_good_one_ranks(finished_run):
@@ -80,7 +80,6 @@ def test_broken_variant_fails_with_its_reason_while_the_good_one_ranks(finished_
 
 @pytest.mark.parametrize("variant, reason", [
     ("crashes", "worker exited with status 3"),
-    ("hangs", "timed out"),
     ("factory-raises", "cannot build"),
     ("forward-raises", "forward is broken"),
     ("wrong-shape", "expected (batch, q_len, d_model)"),
@@ -106,9 +105,23 @@ def test_a_plugin_printing_garbage_to_stdout_changes_nothing(finished_run):
 def test_every_bad_variant_is_explained_on_the_leaderboard(finished_run):
     _, folder = finished_run
     readme = (folder / "README.md").read_text()
-    for name in ["leaks-future", "crashes", "hangs", "factory-raises", "forward-raises", "wrong-shape",
+    for name in ["leaks-future", "crashes", "factory-raises", "forward-raises", "wrong-shape",
                  "wrong-dtype", "gives-nan", "segfaults", "over-memory"]:
         assert f"**{name}**" in readme
+
+
+def test_a_hanging_variant_is_stopped_at_the_timeout_and_explained(tmp_path):
+    """Alone, with a short limit: if a busy machine makes the worker's start slower than the limit, the
+    verdict is the same (timed out), so no clock decides the outcome."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "hangs.py").write_text(HANGS)
+    out = run_all(tmp_path, "--plugins-dir", plugins, "--timeout", 5, "--suite", "correctness", "--filter", "hangs")
+    assert out.returncode == 0, out.stderr
+    results = pd.read_csv(tmp_path / "out" / "results.csv")
+    errors = results[(results.variant == "hangs") & (results.status == "error")]
+    assert errors.detail.str.contains("timed out").any(), errors.detail.tolist()
+    assert "**hangs**" in (tmp_path / "out" / "README.md").read_text()
 
 
 def test_speed_and_complexity_of_a_good_variant_render(tmp_path):

@@ -97,8 +97,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_run(args) -> int:
-    from .harness import run
+    from .harness import _profile, run
 
+    _profile(args.profile, device=args.device, dtype=args.dtype, threads=args.threads, d_model=args.d_model,
+             heads=args.heads, lengths=_parse_lengths(args.lengths), executor=args.executor)  # bad values: before torch
     registry = _registry(args)
     results = run(getattr(args, "names", None), filters=args.filter, suites=args.suite, profile=args.profile, out=args.out,
         device=args.device, dtype=args.dtype, threads=args.threads, d_model=args.d_model, heads=args.heads,

@@ -19,6 +19,13 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 # Options every factory receives; variant options must not reuse these names.
 RESERVED_OPTIONS = ("d_model", "num_heads")
 
+SDPA = "torch-sdpa"
+MHA = "torch-mha-layer"
+COMPARATORS = {"core": SDPA, "layer": MHA}
+"""The callable each kind of variant (:attr:`Variant.kind`) is ranked against, timed on the same shapes:
+the one place these names are defined (the speed suite's rows are ``x-<name>``)."""
+COMPARATOR_LABELS = {SDPA: "torch SDPA", MHA: "nn.MultiheadAttention"}
+
 
 class ZooError(Exception):
     """Base class of the errors the zoo raises on purpose (the CLI prints them as one line)."""

@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from .checks import BAD, ERROR, FAILED, PASSED, SKIPPED
 from .store import RESULT_COLUMNS, Store, device_kind
-from .workload import COMPARATOR_LABELS, COMPARATORS, SDPA
+from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA
 
 RANK_MODE, RANK_PHASE = "full", "fwd+bwd"
 KIND_TITLES = {"core": "Attention cores (no parameters)", "layer": "Attention layers (with projections)"}

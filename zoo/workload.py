@@ -16,14 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from .api import build
-from .contract import Variant
+from .contract import COMPARATORS, MHA, SDPA, Variant
 from .functional import call_torch_mha
 
-SDPA = "torch-sdpa"
-MHA = "torch-mha-layer"
-COMPARATORS = {"core": SDPA, "layer": MHA}
-"""The callable each kind of variant is ranked against (the one place these names are defined)."""
-COMPARATOR_LABELS = {SDPA: "torch SDPA", MHA: "nn.MultiheadAttention"}
 
 
 def comparator(variant: Variant) -> str:
