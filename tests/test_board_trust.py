@@ -116,3 +116,10 @@ def test_under_load_every_planned_length_is_timed_for_the_variants_and_sdpa(tmp_
         for phase in ("fwd", "fwd+bwd"):
             assert set(rows[rows.phase == phase].n) == {256, 512, 1024}, (who, check, phase)
     assert (tmp_path / "README.md").exists()
+
+
+def test_a_plot_an_earlier_run_drew_is_removed_when_this_run_has_none(smoke_run, tmp_path):
+    store, run_id = smoke_run
+    (tmp_path / "accuracy-vs-speed.png").write_bytes(b"stale")  # this run has no quality suite
+    render(store, run_id, tmp_path)
+    assert not (tmp_path / "accuracy-vs-speed.png").exists() and (tmp_path / "time.png").exists()

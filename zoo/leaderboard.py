@@ -20,6 +20,7 @@ from .store import RESULT_COLUMNS, Store, device_kind
 from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA
 
 RANK_MODE, RANK_PHASE = "full", "fwd+bwd"
+PLOT_FILES = ("time.png", "flops.png", "memory.png", "accuracy-vs-speed.png")
 KIND_TITLES = {"core": "Attention cores (no parameters)", "layer": "Attention layers (with projections)"}
 TAG_LABELS = {
     "accepts_attn_mask": "mask", "supports_causal": "causal", "allows_different_lengths": "q_len != k_len",
@@ -119,6 +120,8 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     plots = _plots(results, out_dir)
     trade_off = _quality_plot(results, store.settings(run_id).get("reference_length"), out_dir)
     plots += [trade_off] if trade_off else []
+    for stale in set(PLOT_FILES) - {p.name for p in plots}:  # a plot an earlier run drew and this one did not
+        (out_dir / stale).unlink(missing_ok=True)
     written += plots
     readme = out_dir / "README.md"
     readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots))
