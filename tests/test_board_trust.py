@@ -54,6 +54,8 @@ def test_a_real_run_ranks_cores_against_sdpa_and_layers_against_multihead_attent
     assert "time / torch SDPA, fwd+bwd, n=256" in cores and "dot-product" in cores and "windowed" in cores
     assert "time / nn.MultiheadAttention, fwd+bwd, n=256" in layers and "multi-head" in layers
     assert "multi-head" not in cores and "dot-product" not in layers
+    linear = next(line for line in cores.splitlines() if "| linear" in line)
+    assert "approx.: rel. error" in linear  # an approximation's speed beside its cost in accuracy
     assert "Noise in this run:" in readme
 
 

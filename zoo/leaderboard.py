@@ -195,7 +195,8 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
         f"each on the same shapes in the same process: non-causal, n = {reference_n}, batch "
         f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
         f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads; lower is better. "
-        "Variants without a time at that length come last, with the reason.",
+        "Variants without a time at that length come last, with the reason. An approximation's error is "
+        "||output - softmax attention|| / ||softmax attention|| on Gaussian inputs at the same shapes.",
         "",
         _noise_line(results, settings),
         "",
@@ -281,8 +282,14 @@ def _missing(results, variant: str, mode: str, phase: str, n) -> str:
 def _ranking_row(results, variant, provenance, kind, n, notes, threshold) -> dict:
     card = provenance.get("card", {})
     check = rank_check(kind)
-    row = {"variant": variant, "family": card.get("family"),
-           "exact": "yes" if card.get("tags", {}).get("exact") else "approx."}
+    row = {"variant": variant, "family": card.get("family")}
+    if card.get("tags", {}).get("exact"):
+        row[f"accuracy, n={n}"] = "exact"
+    else:  # an approximation's speed is never shown without its cost in accuracy
+        error = _value(results, variant, "approximation-error", RANK_MODE, "fwd", n)
+        row[f"accuracy, n={n}"] = "approx.: " + (f"rel. error {error:.3g} vs softmax" if error is not None else
+                                                         "not measured " + notes.mark(f"{variant}: approximation error "
+                                                                                      "not measured in this run"))
     key = float("inf")
     for phase in (RANK_PHASE, "fwd"):
         ratio = _value(results, variant, check, RANK_MODE, phase, n)
