@@ -81,12 +81,12 @@ def run_zoo(*args, env=None, timeout=600, inherit=True):
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """A real smoke-profile run of two exact cores, an approximate one and a layer, all suites but quality:
+    """A real smoke-profile run of an exact core, an approximate one and a layer, all suites but quality:
     (store, run id)."""
     from zoo.store import Store
 
     out = tmp_path_factory.mktemp("smoke-run")
-    done = run_zoo("run", "dot-product", "windowed", "linear", "multi-head", "--profile", "smoke", "--out", out)
+    done = run_zoo("run", "dot-product", "linear", "multi-head", "--profile", "smoke", "--out", out)
     assert done.returncode == 0, done.stderr
     store = Store(out / "results.sqlite")
     return store, store.latest_run()

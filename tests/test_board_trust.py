@@ -51,7 +51,7 @@ def test_a_real_run_ranks_cores_against_sdpa_and_layers_against_multihead_attent
     readme = render(store, run_id, tmp_path)[0].read_text()
     cores = readme.split("### Attention cores", 1)[1].split("###", 1)[0]
     layers = readme.split("### Attention layers", 1)[1].split("##", 1)[0]
-    assert "time / torch SDPA, fwd+bwd, n=256" in cores and "dot-product" in cores and "windowed" in cores
+    assert "time / torch SDPA, fwd+bwd, n=256" in cores and "dot-product" in cores and "linear" in cores
     assert "time / nn.MultiheadAttention, fwd+bwd, n=256" in layers and "multi-head" in layers
     assert "multi-head" not in cores and "dot-product" not in layers
     linear = next(line for line in cores.splitlines() if "| linear" in line)
@@ -67,7 +67,8 @@ def test_a_speed_only_run_of_a_causal_leaking_plugin_is_not_ranked(write_plugin,
     assert "leaky" not in _ranked_tables(readme)
     assert "- leaky" in readme.split("### Unranked: correctness not run", 1)[1]
     # and with the correctness suite it is caught, not merely unranked
-    done = run_zoo("run", "leaky", "--profile", "smoke", "--plugins-dir", plugins, "--out", tmp_path)
+    done = run_zoo("run", "leaky", "--suite", "correctness", "--profile", "smoke", "--plugins-dir", plugins,
+                   "--out", tmp_path)
     store = Store(tmp_path / "results.sqlite")
     standing = gate(store.results(store.latest_run()))["leaky"]
     assert not standing.ranked and any("causal" in reason for reason in standing.reasons)

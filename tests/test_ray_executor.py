@@ -26,7 +26,7 @@ def run(out, *args):
 def test_ray_gives_the_same_verdicts_and_exponents_as_local_in_the_same_store(tmp_path, short_out):
     out = short_out
     for executor in ("local", "ray"):
-        done = run(out, "dot-product", "linear", "--suite", "correctness", "--suite", "complexity", "--executor", executor)
+        done = run(out, "linear", "--suite", "correctness", "--suite", "complexity", "--executor", executor)
         assert done.returncode == 0, done.stderr
     store = Store(out / "results.sqlite")
     local, ray = (store.results(r) for r in store.runs().run_id)
