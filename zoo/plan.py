@@ -95,15 +95,14 @@ def plan_lengths(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Ite
     """The plan for one variant and its comparators and baselines (see the module's docstring)."""
     lengths = sorted(set(lengths))
     costs = predict_costs(loads_at, lengths, {variant.name: (variant.complexity.time, variant.complexity.memory)})
-    variant = variant.name
     plan = Plan()
     for who in costs:
         plan.lengths[who], plan.left_out[who] = [], {}
     for n in lengths:
-        reason = over_caps(costs[variant][n], max_gflop, max_gib)
+        reason = over_caps(costs[variant.name][n], max_gflop, max_gib)
         for who in costs:
             why = reason and f"variant not measured here: {reason}"
-            if why is None and who != variant and who not in comparators:
+            if why is None and who != variant.name and who not in comparators:
                 why = over_caps(costs[who][n], max_gflop, max_gib)
             if why is None:
                 plan.lengths[who].append(n)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from .api import build
+from .checks import ERROR, Result
 from .contract import COMPARATORS, MHA, SDPA, Variant
 from .functional import call_torch_mha
 
@@ -74,7 +75,7 @@ def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, head
     loads = {}
     if wanted(variant.name):
         loads[variant.name] = _workload(lambda: module.forward(x, x, x, is_causal=causal), grad_out, [x, *params])
-        loads[variant.name].checked_forward = _workload(lambda: module(x, x, x, is_causal=causal), grad_out, []).forward
+        loads[variant.name].checked_forward = torch.no_grad()(lambda: module(x, x, x, is_causal=causal))
 
     if wanted(SDPA):
         heads_in = torch.randn(batch, heads, n, d_model // heads, device=device, dtype=dtype, requires_grad=True)
@@ -93,5 +94,12 @@ def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, head
     return loads
 
 
-def non_finite(output) -> bool:
-    return isinstance(output, torch.Tensor) and output.is_floating_point() and not bool(torch.isfinite(output).all())
+def non_finite_output(loads: dict[str, Workload], variant: str, mode: str, n: int, dtype: str) -> Result | None:
+    """One checked call of the variant at this length: an error row if it returned NaN or inf, else None.
+    Both the complexity and the speed suite call it before measuring a length."""
+    output = loads[variant].checked_forward()
+    if isinstance(output, torch.Tensor) and output.is_floating_point() and not bool(torch.isfinite(output).all()):
+        return Result("finite-output", ERROR, f"{mode} fwd n={n}", n=n, mode=mode,
+                      detail=f"the variant returned NaN or inf at n={n} (Gaussian self-attention inputs, {dtype}); "
+                             "not measured")
+    return None

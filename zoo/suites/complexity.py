@@ -13,11 +13,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
-from zoo.checks import ERROR, FAILED, MEASURED, PASSED, SKIPPED, Check, Result
+from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent
-from zoo.workload import SDPA, comparator, modes_for, non_finite, self_attention_workloads
+from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_attention_workloads
 
 SUITE = "complexity"
 EXPONENT_TOLERANCE = 0.25
@@ -60,9 +60,9 @@ def measure(variant, profile):
         extra += plan_rows(plan, variant.name, mode, "measured")
         for n in plan.lengths[variant.name]:
             loads = loads_at(n, only=plan.at(n))
-            if non_finite(loads[variant.name].checked_forward()):
-                extra.append(Result("finite-output", ERROR, f"{mode} fwd n={n}", detail=f"the variant returned NaN "
-                                    f"or inf at n={n} (Gaussian self-attention inputs, {profile.dtype})", n=n, mode=mode))
+            error = non_finite_output(loads, variant.name, mode, n, profile.dtype)
+            if error:
+                extra.append(error)
                 continue
             for who, load in loads.items():
                 for phase, fn in zip(PHASES, (load.forward, load.train_step)):

@@ -14,11 +14,11 @@ import torch
 from torch.utils.benchmark import Timer
 
 import zoo
-from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result
+from zoo.checks import MEASURED, SKIPPED, Check, Result
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent, timed
-from zoo.workload import SDPA, comparator, modes_for, non_finite, self_attention_workloads
+from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_attention_workloads
 
 SUITE = "speed"
 PHASES = ("fwd", "fwd+bwd")
@@ -110,14 +110,14 @@ def run_speed(variant, profile):
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                 continue
             loads = loads_at(n, only=plan.at(n))
-            if non_finite(loads[variant.name].checked_forward()):
-                yield Result("finite-output", ERROR, f"{mode} fwd n={n}", detail=f"the variant returned NaN or inf "
-                             f"at n={n} (Gaussian self-attention inputs, {profile.dtype}); not timed", n=n, mode=mode)
+            error = non_finite_output(loads, variant.name, mode, n, profile.dtype)
+            if error:
+                yield error
                 continue
-            seconds = timed(loads[variant.name].train_step) if profile.call_limit_seconds is not None else 0.0
-            if profile.call_limit_seconds is not None and seconds > profile.call_limit_seconds:
+            limit = profile.call_limit_seconds
+            if limit is not None and (seconds := timed(loads[variant.name].train_step)) > limit:
                 stopped_by = (f"safety net: one forward+backward call took {seconds:.3g} s at n={n}, over the "
-                              f"profile's {profile.call_limit_seconds:g} s limit; not timed from this length on")
+                              f"profile's {limit:g} s limit; not timed from this length on")
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                 continue
             for phase in PHASES:
