@@ -1,10 +1,20 @@
+import os
 import textwrap
 from pathlib import Path
 
+# One thread per process, here and in every `python -m zoo` the tests start (they inherit it): with other
+# work on the cores, OpenMP's spin-waiting threads made the suite 2-3x slower. Tests assert behaviour, so
+# the thread count changes no outcome; the smoke profile pins its workers to one thread for the same reason.
+os.environ["OMP_NUM_THREADS"] = "1"
+
 import pytest
+import torch
 
 import zoo
 from zoo.registry import ENV_BLOCK, ENV_NO_AUTOLOAD, ENV_ONLY, ENV_PLUGINS_DIR
+
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -92,7 +92,7 @@ PROFILES = {
 
 # Seconds, not minutes: for tests and for trying a new plugin end to end (figures too coarse to publish).
 PROFILES["smoke"] = Profile(
-    name="smoke", cases=1, complexity_lengths=(64, 128, 256),
+    name="smoke", cases=1, complexity_lengths=(64, 128, 256), threads=1,
     speed_d_model=64, speed_heads=2, speed_lengths=(64, 128, 256), repeats=2, round_seconds=0.005,
     reference_length=256, quality_steps=20, quality_seeds=1, quality_task_budget_seconds=None,
     call_limit_seconds=None,  # no clock decides anything in a smoke run: tests pass on a busy machine

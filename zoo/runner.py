@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -123,12 +124,40 @@ class LocalExecutor:
         by_variant: dict[str, list[Job]] = {}
         for job in jobs:
             by_variant.setdefault(job.variant, []).append(job)
-        for variant_jobs in by_variant.values():
-            run_in_worker(variant_jobs, self.options, on_check, on_job)
+        with CtrlC() as ctrl_c:
+            for variant_jobs in by_variant.values():
+                run_in_worker(variant_jobs, self.options, on_check, on_job, ctrl_c)
+            ctrl_c.check()
+
+
+class CtrlC:
+    """Remembers a Ctrl-C, so the run stops even when its KeyboardInterrupt was swallowed: it can land in
+    the fork hooks that run while a worker starts, where Python prints it and carries on."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous = None
+
+    def __enter__(self) -> "CtrlC":
+        if threading.current_thread() is threading.main_thread():  # signal handlers live on the main thread
+            self._previous = signal.signal(signal.SIGINT, self._on_signal)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.pressed = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
 
 
 def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict], None],
-                  on_job: Callable[[dict], None]) -> None:
+                  on_job: Callable[[dict], None], ctrl_c: CtrlC | None = None) -> None:
     """Run ``jobs`` in one fresh worker process, reporting each finished check and job as it lands;
     a job the worker did not finish (crash, hang, memory) is reported with an ``error`` row."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
@@ -153,6 +182,8 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
             timed_out = False
             with open(out_path) as out, _killed_on_exit(process):
                 while True:
+                    if ctrl_c:
+                        ctrl_c.check()
                     finished = process.poll() is not None
                     for record in _complete_lines(out):
                         key = (record["variant"], record["suite"])
