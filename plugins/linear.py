@@ -105,7 +105,7 @@ def zoo_register_variants(register):
         citation="Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear Attention",
         factory=LinearAttention,
         reference=reference,
-        tags=zoo.Tags(exact=False),
+        approximates="softmax",
         complexity=zoo.Complexity(time=1, memory=1),
         options={"chunk": 64},
         check_options={"chunk": 4},

@@ -18,6 +18,70 @@ NAN_WHEN_LONG = good_plugin("nanlong").replace(
     "        h = self.num_heads\n        if query.shape[1] > 64:\n            return query * float('nan')\n        return")
 
 
+SIGMOID = """
+import torch
+import zoo
+from torch import nn
+from zoo.functional import merge_heads, split_heads
+
+
+class Sigmoid(nn.Module):
+    def __init__(self, d_model, num_heads=1):
+        super().__init__()
+        self.num_heads = num_heads
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
+        weights = torch.sigmoid(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5)
+        return merge_heads((weights.tril() if is_causal else weights) @ v)
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    out = []
+    for i in range(query.shape[1]):  # one query at a time, by the definition
+        seen = slice(0, i + 1) if is_causal else slice(None)
+        q, k, v = (x.double().unflatten(-1, (module.num_heads, -1)) for x in (query[:, i], key[:, seen], value[:, seen]))
+        weights = torch.sigmoid(torch.einsum("bhd,bjhd->bhj", q, k) / q.shape[-1] ** 0.5)
+        out.append(torch.einsum("bhj,bjhd->bhd", weights, v).flatten(1))
+    return torch.stack(out, dim=1)
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(name="sigmoid", summary="Sigmoid attention: exact for its own function.", family="sigmoid",
+                         citation="Ramapuram et al. 2024", factory=Sigmoid, reference=reference,
+                         tags=zoo.Tags(accepts_attn_mask=False), complexity=zoo.Complexity(time=2, memory=2)))
+"""
+
+MEAN_OF_VALUES = """
+import torch
+import zoo
+from torch import nn
+
+
+class MeanOfValues(nn.Module):
+    def __init__(self, d_model, num_heads=1):
+        super().__init__()
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        if is_causal:
+            return value.cumsum(1) / torch.arange(1, value.shape[1] + 1, dtype=value.dtype, device=value.device).view(1, -1, 1)
+        return value.mean(dim=1, keepdim=True).expand(-1, query.shape[1], -1)
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):  # shares the fast path's idea
+    return module(query.double(), key.double(), value.double(), is_causal=is_causal)
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(name="mean-of-values", summary="Claims to approximate softmax; returns mean(V).",
+                         family="test", citation="none", factory=MeanOfValues, reference=reference,
+                         approximates="softmax", tags=zoo.Tags(accepts_attn_mask=False, allows_different_lengths=False),
+                         complexity=zoo.Complexity(time=1, memory=1)))
+"""
+
+
 def _leaderboard(out) -> str:
     return (out / "README.md").read_text()
 
@@ -55,7 +119,7 @@ def test_a_real_run_ranks_cores_against_sdpa_and_layers_against_multihead_attent
     assert "time / nn.MultiheadAttention, fwd+bwd, n=256" in layers and "multi-head" in layers
     assert "multi-head" not in cores and "dot-product" not in layers
     linear = next(line for line in cores.splitlines() if "| linear" in line)
-    assert "approx.: rel. error" in linear  # an approximation's speed beside its cost in accuracy
+    assert "approx. of softmax: error 0." in linear  # an approximation's speed beside its cost in accuracy
     assert "Noise in this run:" in readme
 
 
@@ -126,3 +190,28 @@ def test_a_plot_an_earlier_run_drew_is_removed_when_this_run_has_none(smoke_run,
     (tmp_path / "accuracy-vs-speed.png").write_bytes(b"stale")  # this run has no quality suite
     render(store, run_id, tmp_path)
     assert not (tmp_path / "accuracy-vs-speed.png").exists() and (tmp_path / "time.png").exists()
+
+
+def test_an_approximation_no_better_than_the_mean_of_the_values_is_caught_and_an_exact_non_softmax_is_not_measured(
+        write_plugin, tmp_path):
+    """mean(V) claims to approximate softmax and its own reference agrees with it; sigmoid attention is exact
+    for its own function. The first is unranked by the approximation check, the second ranks as exact."""
+    write_plugin("sigmoid", SIGMOID)
+    plugins = write_plugin("mean_of_values", MEAN_OF_VALUES)
+    done = run_zoo("run", "sigmoid", "mean-of-values", "--suite", "correctness", "--suite", "speed", "--profile",
+                   "smoke", "--plugins-dir", plugins, "--out", tmp_path)
+    assert done.returncode == 0, done.stderr
+    store = Store(tmp_path / "results.sqlite")
+    results = store.results(store.latest_run())
+    standings = gate(results)
+    assert not standings["mean-of-values"].ranked and standings["sigmoid"].ranked, standings
+    assert [r for r in standings["mean-of-values"].reasons if r.startswith("correctness/")] and all(
+        r.startswith("correctness/approximation: mean normalised error on the easy inputs 1 >= 0.98")
+        for r in standings["mean-of-values"].reasons), standings["mean-of-values"].reasons
+    sigmoid = results[(results.variant == "sigmoid") & results.check.isin(["approximation", "approximation-error"])]
+    assert set(sigmoid.status) == {"skipped"}, sigmoid  # never measured against softmax
+    readme = _leaderboard(tmp_path)
+    row = next(line for line in _ranked_tables(readme).splitlines() if "| sigmoid" in line)
+    assert "| exact" in row and "approx" not in row
+    assert "mean-of-values" not in _ranked_tables(readme)
+    assert "no better than each query's mean of the values as an approximation of softmax" in readme

@@ -30,11 +30,22 @@ def _variant(**changes):
     ({"targets": ("fast",)}, "targets must be zoo.Target"),
     ({"options": {"window": 4}, "check_options": {"chunk": 2}}, "check_options ['chunk'] are not among its options"),
     ({"baselines": {"other": 3}}, "baseline 'other' must be callable"),
+    ({"approximates": "Soft Max"}, "approximates must be None, 'softmax' or a variant name"),
+    ({"approximates": True}, "approximates must be None"),
+    ({"approximates": "good"}, "approximates names the variant itself"),
 ])
 def test_each_invalid_variant_field_is_refused_by_name(changes, message):
     with pytest.raises(RegistrationError, match=None) as caught:
         _variant(**changes).validate()
     assert message in str(caught.value)
+
+
+def test_the_deprecated_exact_tag_still_works_and_says_what_to_write_instead():
+    with pytest.warns(DeprecationWarning, match="approximates='softmax'"):
+        tags = zoo.Tags(exact=False)
+    assert _variant(tags=tags).approximates == "softmax" and "exact" not in tags.describe()
+    with pytest.warns(DeprecationWarning, match="leave it out"):
+        assert _variant(tags=zoo.Tags(exact=True)).approximates is None
 
 
 @pytest.mark.parametrize("time, memory", [(0, 1), (5, 1), (2, -1), ("2", 1)])

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 import zoo
+from zoo.profiles import PROFILES
 from zoo.registry import PluginLoadError, load_registry
 
 from conftest import good_plugin
@@ -71,6 +72,29 @@ def test_invalid_registration_is_refused_with_the_reason(write_plugin):
     assert "Bad Name!" not in registry.variants
     [failure] = registry.failures
     assert "does not match" in failure.error and failure.plugin == "badname"
+
+
+@pytest.mark.parametrize("target, problem", [
+    ("no-such-variant", "which is not registered"),
+    ("linear", "which is itself an approximation"),
+    ("multi-head", "which has parameters"),
+])
+def test_approximating_something_that_cannot_be_compared_is_a_registration_failure(write_plugin, target, problem):
+    source = good_plugin("approx").replace('family="softmax",', f'family="softmax", approximates="{target}",')
+    registry = load_registry([write_plugin("approx", source)])
+    assert "approx" not in registry.variants and "approx" not in registry.plugins["approx"].variants
+    [failure] = registry.failures
+    assert f"variant 'approx' approximates '{target}', {problem}" in failure.error and failure.plugin == "approx"
+
+
+def test_approximating_a_registered_exact_core_is_measured_against_it(write_plugin):
+    source = good_plugin("approx").replace('family="softmax",', 'family="softmax", approximates="dot-product",')
+    registry = load_registry([write_plugin("approx", source)])
+    variant = registry.variant("approx")
+    assert variant.approximated is registry.variant("dot-product")
+    [check] = [c for c in registry.checks_for("correctness") if c.name == "approximation"]
+    rows = list(check.run(variant, PROFILES["smoke"]))
+    assert rows and all(r.status == "passed" and r.value < 1e-6 for r in rows), rows  # it computes the same
 
 
 def test_hook_typo_is_reported(write_plugin):

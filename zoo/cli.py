@@ -34,11 +34,16 @@ def cmd_list(args) -> int:
     if args.pattern and not names:
         raise OptionError(f"pattern {args.pattern!r} matches no variant (known: {', '.join(registry.list_variants())})")
     width = max((len(n) for n in names), default=4)
+    accuracy = {name: _accuracy(registry.variant(name)) for name in names}
+    column = max((len(text) for text in accuracy.values()), default=5)
     for name in names:
         v = registry.variant(name)
-        kind = "exact" if v.tags.exact else "approx."
-        print(f"{name:<{width}}  {v.family:<9}  {kind:<7}  {v.origin.label()}")
+        print(f"{name:<{width}}  {v.family:<9}  {accuracy[name]:<{column}}  {v.origin.label()}")
     return 0
+
+
+def _accuracy(variant) -> str:
+    return f"approximates {variant.approximates}" if variant.approximates else "exact"
 
 
 def cmd_show(args) -> int:
@@ -48,6 +53,7 @@ def cmd_show(args) -> int:
     print(f"  family:     {v.family}")
     print(f"  citation:   {v.citation}")
     print(f"  complexity: time O(n^{v.complexity.time:g}), memory O(n^{v.complexity.memory:g}) (claimed)")
+    print(f"  accuracy:   {_accuracy(v)}" + ("" if v.approximates else " (for its own function)"))
     print("  capabilities:")
     for tag, value in v.tags.describe().items():
         print(f"    {tag:<26} {'yes' if value else 'no'}")

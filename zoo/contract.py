@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
 
@@ -25,6 +26,8 @@ COMPARATORS = {"core": SDPA, "layer": MHA}
 """The callable each kind of variant (:attr:`Variant.kind`) is ranked against, timed on the same shapes:
 the one place these names are defined (the speed suite's rows are ``x-<name>``)."""
 COMPARATOR_LABELS = {SDPA: "torch SDPA", MHA: "nn.MultiheadAttention"}
+SOFTMAX = "softmax"
+"""What :attr:`Variant.approximates` names for softmax attention (scale 1/sqrt(d_head), SDPA's masks)."""
 
 
 class ZooError(Exception):
@@ -69,16 +72,24 @@ class Tags:
     """q_len may differ from k_len (cross-attention over a context)."""
     allows_kv_dims: bool = False
     """Key and value feature sizes may differ from d_model; the factory then takes ``kdim``/``vdim``."""
-    exact: bool = True
-    """Computes exact softmax attention; False for approximations (their error is reported)."""
+    exact: bool | None = None
+    """Deprecated: say what a variant approximates with :attr:`Variant.approximates` (``exact=False``
+    meant ``approximates="softmax"``; ``exact=True`` is the default, approximates nothing)."""
     key_order_invariant: bool = True
     """Permuting the key/value pairs together leaves the output unchanged (no positional structure);
     it also gates the query-permutation check."""
     has_parameters: bool = False
     """Has learnable parameters (gradcheck then covers them too)."""
 
+    def __post_init__(self) -> None:
+        if self.exact is not None:
+            warnings.warn(f"zoo.Tags(exact={self.exact!r}) is deprecated and goes in the next release: "
+                          + ("write zoo.Variant(..., approximates='softmax')" if self.exact is False else
+                             "leave it out (a variant is exact for its own function unless it sets approximates=)"),
+                          DeprecationWarning, stacklevel=3)
+
     def describe(self) -> dict[str, bool]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "exact"}
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,11 @@ class Variant:
     ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
     ``flops(batch, q_len, k_len, d_model, num_heads, **options)``, where given, is the analytic
     forward FLOP count the counted FLOPs are checked against.
+    ``approximates`` names the function the variant approximates: ``"softmax"`` (:data:`SOFTMAX`) or a
+    registered exact attention core's name. None (the default) means the variant is exact for its own
+    documented function (e.g. windowed or sigmoid attention), so it is never measured against another.
+    An approximation's error against that function is reported beside its speed, and one no better than
+    the trivial answer (each query's mean of the values) is not ranked.
     """
 
     name: str
@@ -139,6 +155,7 @@ class Variant:
     factory: Callable[..., Any]
     reference: Callable[..., Any]
     tags: Tags = field(default_factory=Tags)
+    approximates: str | None = None
     complexity: Complexity = field(default_factory=lambda: Complexity(time=2, memory=2))
     options: Mapping[str, Any] = field(default_factory=dict)
     check_options: Mapping[str, Any] = field(default_factory=dict)
@@ -146,6 +163,12 @@ class Variant:
     flops: Callable[..., float] | None = None
     targets: tuple[Target, ...] = ()
     origin: Origin | None = None
+    approximated: Variant | None = field(default=None, repr=False, compare=False)
+    """Set by the registry when :attr:`approximates` names a registered variant: that variant."""
+
+    def __post_init__(self) -> None:
+        if getattr(self.tags, "exact", None) is False and self.approximates is None:  # the deprecated spelling
+            object.__setattr__(self, "approximates", SOFTMAX)
 
     def validate(self) -> None:
         """Raise :class:`RegistrationError` naming the problem; called by the registry."""
@@ -163,6 +186,12 @@ class Variant:
                 raise RegistrationError(f"variant {self.name!r}: {attr} must be callable")
         if not isinstance(self.tags, Tags):
             raise RegistrationError(f"variant {self.name!r}: tags must be a zoo.Tags")
+        if self.approximates is not None and (not isinstance(self.approximates, str)
+                                              or not NAME_PATTERN.match(self.approximates)):
+            raise RegistrationError(f"variant {self.name!r}: approximates must be None, {SOFTMAX!r} or a variant "
+                                    f"name, got {self.approximates!r}")
+        if self.approximates == self.name:
+            raise RegistrationError(f"variant {self.name!r}: approximates names the variant itself")
         if not isinstance(self.complexity, Complexity):
             raise RegistrationError(f"variant {self.name!r}: complexity must be a zoo.Complexity")
         clash = set(self.options) & set(RESERVED_OPTIONS)
@@ -187,7 +216,7 @@ class Variant:
         """What the leaderboard needs to know about the variant, as plain data stored with each run."""
         return {
             "summary": self.summary, "family": self.family, "citation": self.citation, "kind": self.kind,
-            "tags": self.tags.describe(), "claimed_time": self.complexity.time,
+            "tags": self.tags.describe(), "approximates": self.approximates, "claimed_time": self.complexity.time,
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
             "baselines": list(self.baselines),
             "targets": [dataclasses.asdict(t) for t in self.targets],

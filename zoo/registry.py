@@ -34,7 +34,7 @@ import pluggy
 
 from . import hookspecs
 from .checks import Check
-from .contract import Origin, RegistrationError, UnknownVariantError, Variant, ZooError
+from .contract import SOFTMAX, Origin, RegistrationError, UnknownVariantError, Variant, ZooError
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 ENV_ONLY = "ZOO_PLUGINS"
@@ -169,6 +169,26 @@ class Registry:
                     impl.function(register=_RecordingRegister(callback, self, origin))
                 except (Exception, SystemExit) as exc:
                     self._fail(origin, f"{hook_name} raised {type(exc).__name__}: {exc}")
+
+    def resolve_approximations(self) -> None:
+        """Give each variant whose ``approximates`` names another variant that variant; a name that is not a
+        registered exact attention core is a registration failure of the plugin that used it."""
+        for name, variant in list(self.variants.items()):
+            target_name = variant.approximates
+            if target_name in (None, SOFTMAX):
+                continue
+            target = self.variants.get(target_name)
+            problem = ("is not registered" if target is None else
+                       "is itself an approximation" if target.approximates is not None else
+                       "has parameters (only an attention core can be compared on the same inputs)"
+                       if target.kind != "core" else None)
+            if problem is None:
+                self.variants[name] = dataclasses.replace(variant, approximated=target)
+                continue
+            del self.variants[name]
+            self.plugins[variant.origin.plugin].variants.remove(name)
+            self._fail(variant.origin, f"variant {name!r} approximates {target_name!r}, which {problem}; approximates= "
+                                       f"takes {SOFTMAX!r} or the name of a registered exact attention core")
 
     def _fail(self, origin: Origin, error: str) -> None:
         self.failures.append(PluginFailure(origin.plugin, origin.label(), error))
@@ -309,6 +329,7 @@ def load_registry(
         registry.load_entry_points()
     for directory in [*plugin_dirs_from_env(), *plugins_dirs]:
         registry.load_directory(directory)
+    registry.resolve_approximations()
     if strict and registry.failures:
         raise PluginLoadError("; ".join(f.message() for f in registry.failures))
     return registry

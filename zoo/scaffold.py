@@ -73,6 +73,7 @@ def zoo_register_variants(register):
         factory=Attention,
         reference=reference,
         tags=zoo.Tags(),
+        approximates=None,  # exact for its own function; an approximation names it: approximates="softmax"
         complexity=zoo.Complexity(time=2, memory=1),
         options={"temperature": 1.0},
     ))

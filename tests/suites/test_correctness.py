@@ -132,13 +132,34 @@ class NaiveSoftmax(Attention):
         return merge_heads((weights / weights.sum(-1, keepdim=True).clamp_min(1e-30)) @ v)
 
 
+class MeanOfValues(Attention):
+    """Each query's mean of the values it may see: what an approximation must beat. Its own reference
+    (below) agrees, so only the approximation check can catch it."""
+
+    blend = 0.0  # the share of true softmax attention mixed in
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        mean = value.cumsum(1) / torch.arange(1, value.shape[1] + 1).view(1, -1, 1) if is_causal else \
+            value.mean(dim=1, keepdim=True).expand_as(value)
+        return self.blend * super().forward(query, key, value, attn_mask, is_causal) + (1 - self.blend) * mean
+
+
+def blended(share: float):
+    return type(f"MeanOfValuesWith{share:g}Softmax", (MeanOfValues,), {"blend": share})
+
+
+def mean_reference(module, query, key, value, attn_mask=None, is_causal=False):
+    return module(query.double(), key.double(), value.double(), attn_mask, is_causal)
+
+
 def doubled_baseline(module):
     return lambda q, k, v, attn_mask=None, is_causal=False: 2 * module(q, k, v, attn_mask, is_causal)
 
 
 def make_variant(module_class, **fields):
+    fields = {"reference": reference, **fields}
     return zoo.Variant(name="broken", summary="A deliberately broken variant.", family="test", citation="none",
-                       factory=module_class, reference=reference, complexity=zoo.Complexity(2, 1), **fields)
+                       factory=module_class, complexity=zoo.Complexity(2, 1), **fields)
 
 
 def run(registry, check_name, variant):
@@ -163,6 +184,7 @@ BROKEN = [
     ("device-placement", MakesCpuTensors, {}),
     ("deterministic", Noisy, {}),
     ("large-magnitude", NaiveSoftmax, {}),
+    ("approximation", MeanOfValues, {"approximates": "softmax", "reference": mean_reference}),
 ]
 
 
@@ -175,7 +197,8 @@ def test_check_fails_on_a_variant_broken_for_it(registry, check_name, module_cla
 
 @pytest.mark.parametrize("check_name", [b[0] for b in BROKEN])
 def test_check_passes_on_the_correct_variant(registry, check_name):
-    fields = {"baselines": {"sdpa": lambda m: m}} if check_name == "baselines" else {}
+    fields = {"baselines": {"baselines": {"sdpa": lambda m: m}},
+              "approximation": {"approximates": "softmax"}}.get(check_name, {})  # exact softmax approximates it best
     results = run(registry, check_name, make_variant(Attention, **fields))
     assert results and all(r.status == PASSED for r in results), [r for r in results if r.status != PASSED]
 
@@ -253,6 +276,7 @@ FINELY_BROKEN = [
     ("empty-rows", NearlyZeroEmptyRows, {}),
     ("reference-float64", scaled_by(1 + 1e-9), {}),  # tolerance 1e-10: ten times over
     ("reference-float32", scaled_by(1 + 1e-4, torch.float32), {}),  # tolerance 1e-5: ten times over
+    ("approximation", blended(0.01), {"approximates": "softmax", "reference": mean_reference}),  # error 0.99 >= 0.98
 ]
 
 
@@ -274,6 +298,17 @@ def test_check_catches_a_fault_just_past_what_it_allows(registry, check_name, mo
 def test_reference_checks_pass_just_under_their_tolerance(registry, check_name, factor, dtype):
     results = run(registry, check_name, make_variant(scaled_by(factor, dtype)))
     assert results and all(r.status == PASSED for r in results), [r for r in results if r.status != PASSED]
+
+
+def test_an_approximation_a_little_better_than_the_mean_of_the_values_passes(registry):
+    results = run(registry, "approximation", make_variant(blended(0.05), approximates="softmax", reference=mean_reference))
+    assert results and all(r.status == PASSED for r in results), results  # error 0.95 < 0.98
+    assert all(0.9 < r.value < 0.98 for r in results), [r.value for r in results]
+
+
+def test_a_variant_exact_for_its_own_function_is_not_measured_against_anything(registry):
+    [row] = run(registry, "approximation", make_variant(Attention))
+    assert row.status == "skipped" and "approximates=None" in row.detail
 
 
 @pytest.mark.parametrize("name", ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"])

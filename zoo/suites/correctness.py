@@ -14,6 +14,7 @@ from torch.autograd.gradcheck import GradcheckError
 from torch.func import functional_call
 
 import zoo
+from zoo import approximation
 from zoo.cases import Case, cases_for, relative_error
 from zoo.checks import FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
@@ -186,6 +187,11 @@ def check_batch_independence(variant, profile):
         yield _unchanged("batch-independence", case, out[0], changed[0], "changing other batch elements")
 
 
+def _grad(x: torch.Tensor) -> torch.Tensor:
+    """x's gradient; zeros when the output does not depend on x (a variant may ignore its queries)."""
+    return torch.zeros_like(x) if x.grad is None else x.grad
+
+
 def check_causal_leak(variant, profile):
     case = Case(batch=2, q_len=10, k_len=10, causal=True, options=dict(variant.check_options))
     cut = 6
@@ -194,7 +200,7 @@ def check_causal_leak(variant, profile):
         inputs = [x.clone().requires_grad_() for x in (q, k, v)]
         out = module(*inputs, is_causal=True)
         out[:, :cut].sum().backward()
-        leaked = max(float(x.grad[:, cut:].abs().max()) for x in inputs)
+        leaked = max(float(_grad(x)[:, cut:].abs().max()) for x in inputs)
         with torch.no_grad():
             future = [x.clone() for x in (q, k, v)]
             for x in future:
@@ -211,7 +217,7 @@ def check_masked_keys(variant, profile):
         inputs = [x.clone().requires_grad_() for x in (q, k, v)]
         out = module(*inputs, attn_mask=mask)
         out.sum().backward()
-        leaked = max(float(x.grad[hidden].abs().max()) if hidden.any() else 0.0 for x in inputs[1:])
+        leaked = max(float(_grad(x)[hidden].abs().max()) if hidden.any() else 0.0 for x in inputs[1:])
         with torch.no_grad():
             k2, v2 = k.clone(), v.clone()
             k2[hidden] = torch.randn_like(k2[hidden]) * 3
@@ -228,7 +234,7 @@ def check_empty_rows(variant, profile):
         inputs = [x.clone().requires_grad_() for x in (q, k, v)]
         out = module(*inputs, attn_mask=mask)
         out.sum().backward()
-        if not torch.isfinite(out).all() or not all(torch.isfinite(x.grad).all() for x in inputs):
+        if not torch.isfinite(out).all() or not all(torch.isfinite(_grad(x)).all() for x in inputs):
             yield Result("empty-rows", FAILED, case.describe(), detail="non-finite output or gradient for fully masked rows")
             continue
         if not variant.tags.has_parameters:
@@ -308,6 +314,33 @@ def check_large_magnitude(variant, profile):
                      detail="" if finite else "non-finite outputs (softmax overflow?)")
 
 
+APPROXIMATION_LENGTH, APPROXIMATION_D_MODEL, APPROXIMATION_HEADS = 256, 64, 2
+
+
+def check_approximation(variant, profile):
+    """An approximation must beat the trivial answer on inputs with structure any approximation of its
+    function should capture; its own reference cannot show that (a bug it shares passes everything)."""
+    reason = approximation.not_measurable(variant)
+    if reason:
+        yield Result("approximation", SKIPPED, detail=reason)
+        return
+    modes = ["full"] + (["causal"] if variant.tags.supports_causal else [])
+    for mode in modes:
+        torch.manual_seed(profile.seed)
+        module = zoo.build(variant, d_model=APPROXIMATION_D_MODEL, num_heads=APPROXIMATION_HEADS)
+        errors = approximation.errors_by_input(variant, module, APPROXIMATION_LENGTH, APPROXIMATION_D_MODEL,
+                                               APPROXIMATION_HEADS, mode == "causal", _seeds(profile, 13)[0])
+        easy = [error for family, error in errors.items() if family.easy]
+        mean = sum(easy) / len(easy)
+        passed = mean < approximation.TRIVIAL_LEVEL
+        yield Result("approximation", PASSED if passed else FAILED, f"{mode} n={APPROXIMATION_LENGTH} easy inputs",
+                     mean, "normalised error",
+                     f"mean normalised error on the easy inputs {mean:.3g} " + ("<" if passed else ">=")
+                     + f" {approximation.TRIVIAL_LEVEL:g}" + ("" if passed else ": no better than each query's mean "
+                                                              f"of the values as an approximation of {variant.approximates}")
+                     + f" ({approximation.describe(errors)})", n=APPROXIMATION_LENGTH, mode=mode)
+
+
 CHECKS = [
     Check("reference-float64", SUITE, "equals its float64 reference to 1e-10 (relative)",
           check_reference(torch.float64, FLOAT64_TOLERANCE)),
@@ -336,6 +369,8 @@ CHECKS = [
           "behind the inputs' back", check_device_placement),
     Check("deterministic", SUITE, "two identical calls give identical outputs", check_deterministic),
     Check("large-magnitude", SUITE, "finite outputs for inputs scaled by 1e4", check_large_magnitude),
+    Check("approximation", SUITE, "an approximation beats the trivial answer (each query's mean of the values) "
+          "against the function it approximates, on easy structured inputs", check_approximation),
 ]
 
 
