@@ -45,7 +45,7 @@ class Result:
     value: float | None = None
     unit: str = ""
     detail: str = ""
-    n: int | None = None  # sequence length, for measures taken over several lengths
+    n: int | None = None  # what a measure runs over: the sequence length (pairs for the recall-vs-pairs curve)
     mode: str = ""  # "full" or "causal"
     phase: str = ""  # "fwd" or "fwd+bwd"
     samples: list[float] | None = None  # per-round measurements behind ``value`` (timings), for `zoo compare`

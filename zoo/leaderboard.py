@@ -20,7 +20,7 @@ from .store import RESULT_COLUMNS, Store, device_kind
 from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA
 
 RANK_MODE, RANK_PHASE = "full", "fwd+bwd"
-PLOT_FILES = ("time.png", "flops.png", "memory.png", "accuracy-vs-speed.png")
+PLOT_FILES = ("time.png", "flops.png", "memory.png", "accuracy-vs-speed.png", "recall-vs-pairs.png")
 KIND_TITLES = {"core": "Attention cores (no parameters)", "layer": "Attention layers (with projections)"}
 TAG_LABELS = {
     "accepts_attn_mask": "mask", "supports_causal": "causal", "allows_different_lengths": "q_len != k_len",
@@ -124,15 +124,29 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
                                             for column in ("plugin", "origin", "source_sha256")})
     tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
         ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(written[0], index=False)
+    quality, quality_run = _quality_results(store, run_id, results)
     plots = _plots(results, out_dir)
-    trade_off = _quality_plot(results, store.settings(run_id).get("reference_length"), out_dir)
-    plots += [trade_off] if trade_off else []
+    plots += [p for p in (_quality_plot(results, quality, store.settings(run_id).get("reference_length"), out_dir),
+                          _recall_plot(quality, out_dir)) if p]
     for stale in set(PLOT_FILES) - {p.name for p in plots}:  # a plot an earlier run drew and this one did not
         (out_dir / stale).unlink(missing_ok=True)
     written += plots
     readme = out_dir / "README.md"
-    readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots))
+    readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots, quality, quality_run))
     return [readme, *written]
+
+
+def _quality_results(store: Store, run_id: str, results: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """This run's quality rows; when it trained nothing (the quick profile), the latest finished run's that
+    did, so the board still shows what each variant can learn (labelled with that run's id)."""
+    quality = results[results.suite == "quality"]
+    if not quality.empty:
+        return quality, run_id
+    earlier = store.latest_run_with("quality")
+    if earlier is None:
+        return quality, None
+    rows = store.results(earlier)
+    return rows[rows.suite == "quality"], earlier
 
 
 def _ran_on(jobs: pd.DataFrame) -> dict[str, str]:
@@ -182,7 +196,7 @@ def _standing_text(standing: Standing) -> str:
     return "" if standing.checked else "correctness not run"
 
 
-def _readme(run_id, env, settings, results, cards, plots) -> str:
+def _readme(run_id, env, settings, results, cards, plots, quality, quality_run) -> str:
     standings = gate(results)
     variants = sorted(cards)
     reference_n = settings.get("reference_length")
@@ -222,8 +236,9 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
             if not standings.get(variant, Standing(False)).ranked:
                 unranked.append(variant)
                 continue
-            ranked.append(_ranking_row(results, variant, cards[variant], kind, reference_n, notes,
-                                       settings.get("noise_threshold")))
+            row = _ranking_row(results, variant, cards[variant], kind, reference_n, notes,
+                               settings.get("noise_threshold"))
+            ranked.append(_with_quality(row, quality, quality_run, run_id, variant, notes))
         ranked.sort(key=lambda r: r.pop("_key"))
         lines += [f"### {KIND_TITLES[kind]}", "",
                   _table(pd.DataFrame([{"rank": i, **r} for i, r in enumerate(ranked, 1)])), ""]
@@ -250,7 +265,7 @@ def _readme(run_id, env, settings, results, cards, plots) -> str:
     lines += ["## Capabilities", "", _capabilities(cards, variants), ""]
     lines += _complexity_section(results, cards, variants, settings)
     lines += _speed_section(results, cards, variants, reference_n, settings)
-    lines += _quality_section(results, variants, cards, reference_n)
+    lines += _quality_section(quality, quality_run, run_id, results, reference_n)
     lines += _targets_section(results, cards, variants)
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -326,6 +341,17 @@ def _approximation_missing(results, variant, n) -> str:
     if not skipped.empty:
         return f"approximation error not measured: {skipped.detail.iloc[0]}"
     return f"approximation error not measured at n={n} in this run (it is taken wherever the speed suite times the variant)"
+
+
+def _with_quality(row: dict, quality: pd.DataFrame, quality_run, run_id, variant, notes) -> dict:
+    """The ranking row with the variant's mean quality-suite accuracy beside its speed, and the run it is from."""
+    if quality_run is None:
+        return row
+    header = "quality: mean accuracy" + ("" if quality_run == run_id else f" (run {quality_run})")
+    scores = quality[(quality.variant == variant) & (quality.check == "accuracy")].dropna(subset=["value"])
+    row[header] = f"{scores.value.mean():.3f}" if not scores.empty else \
+        "not trained " + notes.mark(f"the quality suite did not train {variant} in run {quality_run}")
+    return row
 
 
 def _claims_verdict(results, variant) -> str:
@@ -546,17 +572,15 @@ def _targets_section(results, cards, variants) -> list[str]:
             _table(pd.DataFrame(rows)), ""]
 
 
-def _quality_section(results, variants, cards, reference_n) -> list[str]:
-    quality = results[(results.suite == "quality") & (results.check == "accuracy")]
-    if quality.empty:
+def _quality_section(quality, quality_run, run_id, results, reference_n) -> list[str]:
+    scores = quality[quality.check == "accuracy"]
+    if scores.empty:
         return ["## Quality", "", "_Not in this run: `zoo run-all --suite quality` (or `--profile full`) trains "
                 "every variant on the synthetic tasks._", ""]
-    tasks = list(dict.fromkeys(quality.setting))
+    tasks = list(dict.fromkeys(scores.setting))
     rows = []
-    for variant in variants:
-        mine = quality[quality.variant == variant]
-        if mine.empty:
-            continue
+    for variant in sorted(set(scores.variant)):
+        mine = scores[scores.variant == variant]
         row = {"variant": variant}
         for task in tasks:
             hit = mine[mine.setting == task]
@@ -565,20 +589,36 @@ def _quality_section(results, variants, cards, reference_n) -> list[str]:
             elif hit.status.iloc[0] == SKIPPED or pd.isna(hit.value.iloc[0]):
                 row[task] = f"skipped: {hit.detail.iloc[0]}"
             else:
-                spread = _setting_value(results, variant, "accuracy-std", task)
+                spread = _setting_value(quality, variant, "accuracy-std", task)
                 row[task] = f"{hit.value.iloc[0]:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
         rows.append(row)
-    chance = {task: _setting_value(results, None, "chance", task) for task in tasks}
+    chance = {task: _setting_value(quality, None, "chance", task) for task in tasks}
     rows.append({"variant": "(chance)", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})
-    hp = results[(results.suite == "quality") & (results.check == "hyper-parameters")].detail
-    timed = {v for v in variants if _value(results, v, f"x-{SDPA}", RANK_MODE, RANK_PHASE, reference_n) is not None}
-    absent = sorted(set(quality.variant) - timed) if timed else []
+    hp = quality[quality.check == "hyper-parameters"].detail
+    source = "this run" if quality_run == run_id else f"run {quality_run} (the latest run that trained them; " \
+        "this run did not run the quality suite)"
+    timed = {v for v in set(scores.variant) if _value(results, v, f"x-{SDPA}", RANK_MODE, RANK_PHASE, reference_n) is not None}
+    absent = sorted(set(scores.variant) - timed) if timed else []
     plot_note = (f" The accuracy-versus-speed plot leaves out {', '.join(absent)}: not timed at n = {reference_n}."
                  if absent else "")
-    return ["## Quality", "",
-            "Accuracy on fresh examples after training with the same budget and hyper-parameters "
-            f"({hp.iloc[0] if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}", "",
-            _table(pd.DataFrame(rows)), ""]
+    lines = ["## Quality", "",
+             f"From {source}. Accuracy on fresh examples after training with the same budget and hyper-parameters "
+             f"({hp.iloc[0] if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}", "",
+             _table(pd.DataFrame(rows)), ""]
+    curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
+    if not curve.empty:
+        pairs = sorted(int(p) for p in set(curve.n))
+        table = [{"variant": variant, **{f"{p} pairs": _fmt_g(_setting_value(curve, variant, "recall-vs-pairs",
+                                                                               f"pairs={p}"), ".3f") for p in pairs}}
+                 for variant in sorted(set(curve.variant))]
+        example = curve.sort_values("n").detail.iloc[-1]
+        lines += ["### Associative recall versus number of pairs", "",
+                  "Multi-query associative recall (Zoology, Arora et al. 2023) at growing difficulty for a model of "
+                  "fixed width: more key-value pairs to hold, from a key vocabulary twice their number. Softmax "
+                  "attention can look each key up exactly; a fixed-size state (linear attention) must compress all "
+                  f"pairs and is expected to fall behind as they grow. Settings at the largest: {example}.", "",
+                  _table(pd.DataFrame(table)), ""]
+    return lines
 
 
 def _setting_value(results, variant, check, setting):
@@ -589,33 +629,34 @@ def _setting_value(results, variant, check, setting):
     return None if rows.empty else float(rows.value.iloc[-1])
 
 
-def _quality_plot(results: pd.DataFrame, reference_n, out_dir: Path) -> Path | None:
-    """Mean accuracy over tasks against speed, one point per variant: the trade-off at a glance."""
-    quality = results[(results.suite == "quality") & (results.check == "accuracy")].dropna(subset=["value"])
-    if quality.empty:
+def _quality_plot(results: pd.DataFrame, quality: pd.DataFrame, reference_n, out_dir: Path) -> Path | None:
+    """Mean accuracy over tasks against speed, one point per variant, the Pareto front joined: the variants
+    no other beats on both at once."""
+    scores = quality[quality.check == "accuracy"].dropna(subset=["value"])
+    if scores.empty:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    accuracy = quality.groupby("variant").value.mean()
+    plt = _pyplot()
+    accuracy = scores.groupby("variant").value.mean()
     speed = results[(results.check == f"x-{SDPA}") & (results["mode"] == RANK_MODE) & (results.phase == RANK_PHASE)
                     & (results.n == reference_n)].groupby("variant").value.last()
     if speed.reindex(accuracy.index).notna().any():
         x, label = speed.reindex(accuracy.index), f"forward+backward time / torch SDPA at n={reference_n} (lower is faster)"
     else:
-        x = results[(results.suite == "quality") & (results.check == "train-seconds")].groupby("variant").value.sum()
+        x = quality[quality.check == "train-seconds"].groupby("variant").value.sum()
         x, label = x.reindex(accuracy.index), "training seconds over all tasks (lower is faster)"
+    points = pd.DataFrame({"x": x, "accuracy": accuracy}).dropna().sort_values(["x", "accuracy"], ascending=[True, False])
+    front = points[points.accuracy > points.accuracy.cummax().shift(fill_value=-1.0)]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for variant in accuracy.index:
-        if pd.notna(x.get(variant)):
-            ax.scatter(x[variant], accuracy[variant])
-            ax.annotate(variant, (x[variant], accuracy[variant]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.step(front.x, front.accuracy, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
+    for variant, point in points.iterrows():
+        on_front = variant in front.index
+        ax.scatter(point.x, point.accuracy, marker="o" if on_front else "x", s=40, zorder=2)
+        ax.annotate(variant, (point.x, point.accuracy), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel(label)
     ax.set_ylabel("mean accuracy over the quality tasks")
     ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     path = out_dir / "accuracy-vs-speed.png"
     fig.savefig(path, dpi=100)
@@ -623,12 +664,45 @@ def _quality_plot(results: pd.DataFrame, reference_n, out_dir: Path) -> Path | N
     return path
 
 
-def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _recall_plot(quality: pd.DataFrame, out_dir: Path) -> Path | None:
+    curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
+    if curve.empty:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (variant, series) in enumerate(curve.groupby("variant")):
+        series = series.sort_values("n")
+        ax.plot(series.n.astype(float), series.value, marker=MARKERS[i % len(MARKERS)],
+                linestyle=LINE_STYLES[i % len(LINE_STYLES)], label=variant)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(curve.n.astype(float))), [str(int(p)) for p in sorted(set(curve.n))])
+    ax.set_xlabel("key-value pairs to recall (key vocabulary grows with them; model width fixed)")
+    ax.set_ylabel("recall accuracy on fresh examples")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / "recall-vs-pairs.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:
+    plt = _pyplot()
     figures = [
         ("time", "speed", "time", "full", "fwd+bwd", "seconds per call (forward+backward, speed shapes)", f"{SDPA}-time"),
         ("flops", "complexity", "flops", "full", "fwd", "FLOPs (forward, complexity shapes)", f"{SDPA}-flops"),

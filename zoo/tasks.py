@@ -23,13 +23,15 @@ class Task:
     make: Callable[[torch.Generator, int], tuple[torch.Tensor, torch.Tensor]]
     vocab: int = 0
     length: int = 0
+    pairs: int = 0  # associative recall: key-value pairs to remember (the recall-versus-pairs curve's x)
 
     @property
     def chance(self) -> float:
         return 1.0 / self.classes
 
 
-def associative_recall(pairs: int = 8, queries: int = 8, keys: int = 16, values: int = 16) -> Task:
+def associative_recall(pairs: int = 8, queries: int = 8, keys: int = 16, values: int = 16,
+                       name: str = "associative-recall") -> Task:
     """Multi-query associative recall (Zoology's MQAR): key-value pairs, then queries for some keys;
     at each query the model must output that key's value. Each pair is one token, so one attention
     hop suffices; what it takes is a sharp match between the query and the right pair."""
@@ -44,8 +46,20 @@ def associative_recall(pairs: int = 8, queries: int = 8, keys: int = 16, values:
         targets = torch.cat([torch.full((batch, pairs), IGNORE), torch.gather(value_ids, 1, asked)], dim=1)
         return tokens, targets
 
-    return Task("associative-recall", f"MQAR: {pairs} key-value pairs, {queries} queries, {values} values",
-                "sequence", values, make, vocab=keys * values + keys, length=pairs + queries)
+    return Task(name, f"MQAR: {pairs} key-value pairs over {keys} keys, {queries} queries, {values} values",
+                "sequence", values, make, vocab=keys * values + keys, length=pairs + queries, pairs=pairs)
+
+
+RECALL_PAIRS = (8, 16, 32)
+KEYS_PER_PAIR = 2
+
+
+def recall_sweep(pairs=RECALL_PAIRS, keys_per_pair: int = KEYS_PER_PAIR, values: int = 16) -> list[Task]:
+    """Associative recall at growing difficulty for a model of fixed width: more pairs to hold, from a key
+    vocabulary growing with them, each pair queried once on average. Zoology (Arora et al. 2023) found
+    softmax attention keeps solving it as pairs grow while fixed-state linear attention degrades."""
+    return [associative_recall(pairs=p, queries=p, keys=keys_per_pair * p, values=values, name=f"recall-{p}-pairs")
+            for p in pairs]
 
 
 def copy_from(distance: int, length: int, span: int = 8, symbols: int = 16) -> Task:
@@ -88,4 +102,4 @@ COPY_LENGTH = 144  # one layer with a window of 128 reaches 128 positions back: 
 
 
 def default_tasks() -> list[Task]:
-    return [associative_recall(), copy_from(COPY_LENGTH - 8, COPY_LENGTH), copy_from(8, COPY_LENGTH), shapes()]
+    return [*recall_sweep(), copy_from(COPY_LENGTH - 8, COPY_LENGTH), copy_from(8, COPY_LENGTH), shapes()]
