@@ -215,3 +215,15 @@ def test_an_approximation_no_better_than_the_mean_of_the_values_is_caught_and_an
     assert "| exact" in row and "approx" not in row
     assert "mean-of-values" not in _ranked_tables(readme)
     assert "no better than each query's mean of the values as an approximation of softmax" in readme
+
+
+def test_a_run_without_quality_shows_the_latest_trained_accuracy_labelled_with_its_run(tmp_path):
+    import zoo
+
+    trained = zoo.run(["dot-product"], suites=["quality"], profile="smoke", out=tmp_path).attrs["run_id"]
+    checked = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path).attrs["run_id"]
+    assert checked != trained
+    readme = _leaderboard(tmp_path)
+    assert f"quality: mean accuracy (run {trained})" in _ranked_tables(readme)
+    assert f"From run {trained} (the latest run that trained them" in readme
+    assert "### Associative recall versus number of pairs" in readme and (tmp_path / "recall-vs-pairs.png").exists()

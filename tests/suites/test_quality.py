@@ -72,6 +72,17 @@ def test_suite_rows_state_hyper_parameters_and_skip_over_budget(registry):
     assert len(skipped) == len(default_tasks()) and all("budget" in r.detail for r in skipped)
 
 
+def test_the_recall_sweep_grows_pairs_and_keys_at_fixed_width_and_reports_a_curve(registry):
+    tasks = [t for t in default_tasks() if t.pairs]
+    assert [t.pairs for t in tasks] == [8, 16, 32] and [t.vocab for t in tasks] == sorted(t.vocab for t in tasks)
+    rows = list(run_quality(registry.variant("dot-product"), PROFILES["smoke"]))
+    curve = [r for r in rows if r.check == "recall-vs-pairs"]
+    assert [(r.n, r.setting) for r in curve] == [(8, "pairs=8"), (16, "pairs=16"), (32, "pairs=32")]
+    accuracy = {r.setting: r.value for r in rows if r.check == "accuracy"}
+    assert [r.value for r in curve] == [accuracy[f"recall-{p}-pairs"] for p in (8, 16, 32)]
+    assert "recall sweep steps=20" in rows[0].detail
+
+
 def test_shapes_task_labels_match_the_stamped_shape():
     images, labels = shapes().make(torch.Generator().manual_seed(0), 8)
     assert images.shape == (8, 1, 16, 16) and set(labels.tolist()) <= {0, 1, 2}
