@@ -10,7 +10,10 @@ def test_speed_rows_cover_every_length_with_ratios_to_sdpa_and_baselines(registr
     rows = list(run_speed(registry.variant("windowed"), PROFILE))
     checks = {r.check for r in rows}
     assert {"matmul-peak", "allocator", "time", "time-iqr", "x-torch-sdpa", "x-torch-sdpa-band", "gflops",
-            "peak-fraction", "tokens-per-s", "time-exponent"} <= checks
+            "peak-fraction", "tokens-per-s", "time-exponent", "backward-cost"} <= checks
+    time = {(r.n, r.phase): r.value for r in rows if r.check == "time" and r.mode == "full"}
+    for row in (r for r in rows if r.check == "backward-cost" and r.mode == "full"):
+        assert row.value == time[(row.n, "fwd+bwd")] / time[(row.n, "fwd")]
     timed = {r.n for r in rows if r.check == "time"}
     assert timed == set(PROFILE.speed_lengths)
     assert all(r.value > 0 for r in rows if r.check.startswith("x-"))

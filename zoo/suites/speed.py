@@ -133,6 +133,11 @@ def run_speed(variant, profile):
                 yield from _rows(variant, profile, mode, phase, n, samples, retries, fns[variant.name], peak)
                 for who, times in samples.items():
                     medians[phase].setdefault(who, {})[n] = statistics.median(times)
+            ours = {phase: medians[phase].get(variant.name, {}).get(n) for phase in PHASES}
+            if None not in ours.values():
+                yield Result("backward-cost", MEASURED, f"{mode} fwd+bwd n={n}", ours["fwd+bwd"] / ours["fwd"], "ratio",
+                             "the variant's fwd+bwd time / its own fwd time (medians, same cell)", n=n, mode=mode,
+                             phase="fwd+bwd")
         for phase in PHASES:
             yield from _summary_rows(variant, mode, phase, medians[phase])
 
