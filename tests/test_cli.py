@@ -18,6 +18,13 @@ def test_help_is_instant_and_imports_neither_torch_nor_plugins():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    out = zoo("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"zoo {version('attention-zoo')}"
+
+
 def test_list_shows_the_six_builtins_with_origin():
     out = zoo("list")
     assert out.returncode == 0

@@ -201,6 +201,19 @@ def test_a_model_of_zoo_layers_round_trips_through_pickle_and_torch_save(registr
                 other[0](x[0], x, x)
 
 
+def test_zoo_modules_keep_working_under_torch_compile_and_torch_export(registry):
+    """Graph capture sees through the zoo's input checks (aot_eager: the capture, without a C++ compiler)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 16)
+    for name in registry.list_variants():
+        module = zoo.create(name, d_model=16, num_heads=2, registry=registry)
+        expected = module(x, x, x)
+        compiled = torch.compile(module, backend="aot_eager")
+        assert torch.allclose(compiled(x, x, x), expected, atol=1e-6), name
+        exported = torch.export.export(module, (x, x, x)).module()
+        assert torch.allclose(exported(x, x, x), expected, atol=1e-6), name
+
+
 def test_a_ray_address_that_cannot_be_reached_leaves_no_run_behind(tmp_path):
     pytest.importorskip("ray", reason="the Ray executor is an optional extra")
     done = run_zoo("run", "dot-product", "--executor", "ray", "--address", "notanaddress", "--suite", "correctness",

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from conftest import good_plugin, run_zoo
+from zoo.store import Store
 
 LEAKS_FUTURE = good_plugin("leaks-future").replace(
     "attn_mask, is_causal))", "attn_mask, False))  # ignores is_causal: a deliberate bug")
@@ -133,11 +134,17 @@ def test_speed_and_complexity_of_a_good_variant_render(tmp_path):
     assert "| dot-product" in readme.split("## Leaderboard")[1].split("## Correctness")[0]
 
 
-def test_leaderboard_rerenders_from_the_database(finished_run):
+def test_leaderboard_rerenders_from_the_database_for_a_run_named_by_a_unique_prefix(finished_run, capsys):
+    from zoo.cli import main
+
     _, folder = finished_run
+    run_id = Store(folder / "results.sqlite").latest_run()
     (folder / "README.md").unlink()
-    out = run_zoo("leaderboard", "--out", folder, timeout=120)
-    assert out.returncode == 0 and (folder / "README.md").exists()
+    out = run_zoo("leaderboard", "--out", folder, "--run", run_id[:-3], timeout=120)
+    assert out.returncode == 0 and (folder / "README.md").exists() and f"for run {run_id} " in out.stderr
+    assert main(["leaderboard", "--out", str(folder), "--run", "nope"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--run: run 'nope' matches 0 runs" in line and run_id in line
 
 
 def test_cuda_workers_get_no_address_space_cap_and_cpu_workers_the_one_asked_for():

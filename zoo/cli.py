@@ -197,12 +197,31 @@ def cmd_leaderboard(args) -> int:
     store = Store(path, readonly=True)
     if args.by == "device":
         return _leaderboard_by_device(store, Path(args.out))
-    run_id = args.run or store.latest_run()
-    if run_id is None or run_id not in set(store.runs().run_id):
-        raise OptionError(f"--run: no run {run_id!r} in {str(path)!r}")
+    if args.run:
+        run_id = _resolve_run(store, args.run, path, "--run: ")
+    elif (run_id := store.latest_run()) is None:
+        raise OptionError(f"--out: no run in {str(path)!r}")
     written = render(store, run_id, Path(args.out))
     print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
     return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attention-zoo")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
+def _resolve_run(store, given: str, path: Path, label: str = "") -> str:
+    """The run whose id is ``given`` or starts with it (one match, else a one-line error listing the runs)."""
+    runs = list(store.runs().run_id)
+    matches = [r for r in runs if r == given] or [r for r in runs if r.startswith(given)]
+    if len(matches) != 1:
+        raise OptionError(f"{label}run {given!r} matches {len(matches)} runs in {str(path)!r} (runs: {', '.join(runs)})")
+    return matches[0]
 
 
 def _leaderboard_by_device(store, out: Path) -> int:
@@ -286,13 +305,7 @@ def cmd_compare(args) -> int:
     if not path.exists():
         raise OptionError(f"--out: no results database at {str(path)!r}")
     store = Store(path, readonly=True)
-    runs = list(store.runs().run_id)
-    resolved = []
-    for given in (args.run_a, args.run_b):
-        matches = [r for r in runs if r.startswith(given)]
-        if len(matches) != 1:
-            raise OptionError(f"run {given!r} matches {len(matches)} runs in {str(path)!r} (runs: {', '.join(runs)})")
-        resolved.append(matches[0])
+    resolved = [_resolve_run(store, given, path) for given in (args.run_a, args.run_b)]
     a, b = (store.results(r) for r in resolved)
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
     for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
@@ -315,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--strict", action="store_true", help="a plugin that fails to load is an error (exit 2)")
 
     parser = _Parser(prog="zoo", description="A plugin-based zoo of attention mechanisms for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"zoo {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("list", parents=[common], help="list variants (wildcard filter)")
@@ -381,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("leaderboard", parents=[common], help="re-render the leaderboard from the results database")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder holding {DATABASE}")
-    p.add_argument("--run", help="run id (default: the latest)")
+    p.add_argument("--run", help="run id or a unique prefix (default: the latest)")
     p.add_argument("--by", choices=("device",), help="one leaderboard per device kind, under OUT/by-device/")
     p.set_defaults(func=cmd_leaderboard)
 
