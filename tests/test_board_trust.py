@@ -120,6 +120,8 @@ def test_a_real_run_ranks_cores_against_sdpa_and_layers_against_multihead_attent
     assert "multi-head" not in cores and "dot-product" not in layers
     linear = next(line for line in cores.splitlines() if "| linear" in line)
     assert "approx. of softmax: error 0." in linear  # an approximation's speed beside its cost in accuracy
+    speed = readme.split("## Speed", 1)[1].split("###", 1)[0]
+    assert all("; approx. error 0." in line for line in speed.splitlines() if line.startswith("| linear") and "| fwd " in line)
     assert "Noise in this run:" in readme
 
 

@@ -496,9 +496,11 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
                         row[f"n={n}"] = "not timed " + notes.mark(_missing(results, variant, mode, phase, n))
                         continue
                     iqr, x = (_value(results, variant, check, mode, phase, n) for check in ("time-iqr", f"x-{versus}"))
+                    error = _value(results, variant, "approximation-error", mode, "fwd", n) if phase == "fwd" else None
                     row[f"n={n}"] = (_fmt_ms(t, iqr)
                                      + (f" ({_fmt_x(x)})" if x is not None else " (no ratio)")
-                                     + (" noisy" if _is_noisy(results, variant, mode, phase, n, threshold) else ""))
+                                     + (" noisy" if _is_noisy(results, variant, mode, phase, n, threshold) else "")
+                                     + (f"; approx. error {error:.2f}" if error is not None else ""))
                 rows.append(row)
     extra = []
     for variant in variants:
@@ -530,7 +532,8 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
             "Median time per call over interleaved rounds (± interquartile range) and, in brackets, the ratio "
             "to the op named under *versus* (torch SDPA for cores, nn.MultiheadAttention(need_weights=False) for "
             "layers) on the same shapes in the same process (median of per-round ratios); *noisy* marks a cell "
-            "whose IQR/median stayed above the run's threshold after re-measuring. "
+            "whose IQR/median stayed above the run's threshold after re-measuring. An approximation's forward "
+            "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.", "",
             _table(pd.DataFrame(rows)), "", *notes.lines(), "### Against each variant's own baselines and torch SDPA", "",
             "Time of the variant / time of the named callable, same shapes, same process.", "",
