@@ -122,7 +122,7 @@ def test_a_real_run_ranks_cores_against_sdpa_and_layers_against_multihead_attent
     assert "approx. of softmax: error 0." in linear  # an approximation's speed beside its cost in accuracy
     speed = readme.split("## Speed", 1)[1].split("###", 1)[0]
     assert all("; approx. error 0." in line for line in speed.splitlines() if line.startswith("| linear") and "| fwd " in line)
-    assert "Noise in this run:" in readme
+    assert "Noise on this board:" in readme
 
 
 def test_a_speed_only_run_of_a_causal_leaking_plugin_is_not_ranked(write_plugin, tmp_path):
@@ -227,5 +227,29 @@ def test_a_run_without_quality_shows_the_latest_trained_accuracy_labelled_with_i
     assert checked != trained
     readme = _leaderboard(tmp_path)
     assert f"quality: mean accuracy (run {trained})" in _ranked_tables(readme)
-    assert f"From run {trained} (the latest run that trained them" in readme
+    assert f"From run {trained} (this run did not train them" in readme
     assert "### Associative recall versus number of pairs" in readme and (tmp_path / "recall-vs-pairs.png").exists()
+
+
+def test_the_board_accumulates_a_partial_run_keeps_every_other_variant_and_a_changed_source_is_not_ranked(
+        write_plugin, tmp_path):
+    import zoo
+
+    plugins = write_plugin("mine", good_plugin("mine"))
+    first = zoo.run(["dot-product", "mine"], suites=["correctness", "speed"], profile="smoke", out=tmp_path,
+                    plugins_dirs=[plugins]).attrs["run_id"]
+    second = zoo.run(["mine"], suites=["correctness"], profile="smoke", out=tmp_path,
+                     plugins_dirs=[plugins]).attrs["run_id"]
+    ranked = _ranked_tables(_leaderboard(tmp_path))
+    dot = next(line for line in ranked.splitlines() if "| dot-product" in line)
+    mine = next(line for line in ranked.splitlines() if "| mine" in line)
+    assert f"| run {first} " in dot and f"| this run and run {first} " in mine  # both still ranked, sources named
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert set(csv[csv.variant == "dot-product"].run_id) == {first}
+    assert set(csv[(csv.variant == "mine") & (csv.suite == "correctness")].run_id) == {second}
+
+    (plugins / "mine.py").write_text((plugins / "mine.py").read_text() + "\n# edited after it was timed\n")
+    zoo.run(["mine"], suites=["correctness"], profile="smoke", out=tmp_path, plugins_dirs=[plugins])
+    readme = _leaderboard(tmp_path)
+    assert "| mine" not in _ranked_tables(readme) and "| dot-product" in _ranked_tables(readme)
+    assert "source changed between runs" in readme.split("### Not ranked", 1)[1]

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
@@ -55,7 +56,8 @@ def _value(results: pd.DataFrame, variant: str, check: str, mode: str, phase: st
 
 @dataclass
 class Standing:
-    """Whether a variant may be ranked: its correctness suite ran in this run, and nothing failed."""
+    """Whether a variant may be ranked: its correctness suite ran on the code that was measured, and
+    nothing failed."""
 
     checked: bool
     reasons: list[str] = field(default_factory=list)  # failing correctness checks, and errors in any suite
@@ -67,13 +69,20 @@ class Standing:
 
 def gate(results: pd.DataFrame) -> dict[str, Standing]:
     """Per variant: did the correctness suite run on it, and which checks failed or erred (correctness
-    failures; errors anywhere, such as NaN outputs in the speed suite or a crashed worker)."""
+    failures; errors anywhere, such as NaN outputs in the speed suite or a crashed worker). Rows from
+    several runs (:func:`board_rows`) must all come from the same version of the variant's source."""
     standings: dict[str, Standing] = {}
     for variant, rows in results.groupby("variant"):
         bad = rows[rows.status.isin(BAD) & ((rows.suite == "correctness") | (rows.status == ERROR))]
         checked = bool(((rows.suite == "correctness") & (rows.status == PASSED)).any())
-        standings[variant] = Standing(checked, [f"{r.suite}/{r.check}: {r.detail or r.status}"
-                                                + (f" [{r.setting}]" if r.setting else "") for r in bad.itertuples()])
+        reasons = [f"{r.suite}/{r.check}: {r.detail or r.status}" + (f" [{r.setting}]" if r.setting else "")
+                   for r in bad.itertuples()]
+        if "source_sha256" in rows and rows.source_sha256.dropna().nunique() > 1:
+            versions = rows.dropna(subset=["source_sha256"]).groupby("source_sha256").run_id.first()
+            reasons.append("source changed between runs: " + "; ".join(
+                f"run {run} measured source {digest}" for digest, run in versions.items())
+                + f" (run `zoo run {variant}` again for one consistent set)")
+        standings[variant] = Standing(checked, reasons)
     return standings
 
 
@@ -110,21 +119,55 @@ def _fmt_x(ratio) -> str:
     return "" if ratio is None else f"{ratio:.3g}x"
 
 
+COMPARABLE_ENVIRONMENT = ("cpu", "cpu_count", "device", "torch", "threads")
+"""Runs whose figures may share a board: the same settings and these environment entries alike."""
+
+
+def board_rows(store: Store, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What the board for ``run_id`` shows: every job of this run and, for each (variant, suite) it did not
+    run, the latest job of an earlier comparable run (same settings, same kind of machine), so `zoo run
+    windowed` updates windowed's rows and leaves every other variant on the board. Returns (results, jobs);
+    each row carries its ``run_id``, each result row its job's ``source_sha256``."""
+    settings, environment = store.settings(run_id), store.environment(run_id)
+    machine = [environment.get(key) for key in COMPARABLE_ENVIRONMENT]
+    runs = store.runs()
+    started = dict(zip(runs.run_id, runs.started))
+    earlier = [r for r in reversed(list(runs.run_id)) if r != run_id and started[r] <= started[run_id]]
+    sources = [run_id] + [r for r in earlier if store.settings(r) == settings
+                          and [store.environment(r).get(key) for key in COMPARABLE_ENVIRONMENT] == machine]
+    job_parts, result_parts, covered = [], [], set()
+    for source in sources:
+        jobs = store.jobs(source)
+        jobs = jobs.loc[np.array([(v, s) not in covered for v, s in zip(jobs.variant, jobs.suite)], dtype=bool)]
+        if jobs.empty:
+            continue
+        covered |= set(zip(jobs.variant, jobs.suite))
+        hashes = {(r.variant, r.suite): r.provenance.get("source_sha256") for r in jobs.itertuples()}
+        results = store.results(source)
+        results = results.loc[np.array([(v, s) in hashes for v, s in zip(results.variant, results.suite)], dtype=bool)]
+        job_parts.append(jobs.assign(run_id=source))
+        result_parts.append(results.assign(run_id=source, source_sha256=[hashes[(v, s)] for v, s in
+                                                                         zip(results.variant, results.suite)]))
+    if not job_parts:
+        return store.results(run_id).assign(run_id=run_id, source_sha256=None), store.jobs(run_id)
+    return pd.concat(result_parts, ignore_index=True), pd.concat(job_parts, ignore_index=True)
+
+
 def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
-    """Write README.md, results.csv and the plots for ``run_id`` into ``out_dir``; return the paths."""
+    """Write README.md, results.csv and the plots for ``run_id`` (and the latest comparable results of the
+    variants it did not run: :func:`board_rows`) into ``out_dir``; return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = store.results(run_id)
-    jobs = store.jobs(run_id)
+    results, jobs = board_rows(store, run_id)
     env = {**store.environment(run_id), **_ran_on(jobs)}
-    cards = {r.variant: r.provenance for r in jobs.itertuples()}
+    cards: dict[str, dict] = {}
+    for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
+        cards.setdefault(job.variant, job.provenance)
     written = [out_dir / "results.csv"]
-    origin = {r.variant: {"plugin": r.provenance.get("plugin"), "origin": _origin(r.provenance),
-                          "source_sha256": r.provenance.get("source_sha256")} for r in jobs.itertuples()}
-    tidy = results.assign(run_id=run_id, **{column: results.variant.map(lambda v, c=column: origin.get(v, {}).get(c))
-                                            for column in ("plugin", "origin", "source_sha256")})
+    tidy = results.assign(plugin=results.variant.map(lambda v: cards[v].get("plugin")),
+                          origin=results.variant.map(lambda v: _origin(cards[v])))
     tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
         ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(written[0], index=False)
-    quality, quality_run = _quality_results(store, run_id, results)
+    quality, quality_runs = _quality_results(store, results)
     plots = _plots(results, out_dir)
     plots += [p for p in (_quality_plot(results, quality, store.settings(run_id).get("reference_length"), out_dir),
                           _recall_plot(quality, out_dir)) if p]
@@ -132,21 +175,19 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
         (out_dir / stale).unlink(missing_ok=True)
     written += plots
     readme = out_dir / "README.md"
-    readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots, quality, quality_run))
+    readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots, quality, quality_runs))
     return [readme, *written]
 
 
-def _quality_results(store: Store, run_id: str, results: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
-    """This run's quality rows; when it trained nothing (the quick profile), the latest finished run's that
-    did, so the board still shows what each variant can learn (labelled with that run's id)."""
+def _quality_results(store: Store, results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The board's quality rows and the runs they came from; when none of its comparable runs trained
+    anything (the quick profile), the latest run that did, so the board still shows what each variant can
+    learn (labelled with that run's id)."""
     quality = results[results.suite == "quality"]
-    if not quality.empty:
-        return quality, run_id
-    earlier = store.latest_run_with("quality")
-    if earlier is None:
-        return quality, None
-    rows = store.results(earlier)
-    return rows[rows.suite == "quality"], earlier
+    if quality.empty and (earlier := store.latest_run_with("quality")) is not None:
+        rows = store.results(earlier)
+        quality = rows[rows.suite == "quality"].assign(run_id=earlier)
+    return quality, sorted(set(quality.run_id))
 
 
 def _ran_on(jobs: pd.DataFrame) -> dict[str, str]:
@@ -196,7 +237,25 @@ def _standing_text(standing: Standing) -> str:
     return "" if standing.checked else "correctness not run"
 
 
-def _readme(run_id, env, settings, results, cards, plots, quality, quality_run) -> str:
+def _accumulated_text(results, run_id) -> str:
+    others = sorted(set(results.run_id) - {run_id})
+    if not others:
+        return "Every figure is from this run."
+    kept = sorted(set(results[results.run_id != run_id].variant))
+    return (f"This run's results, and for what it did not run the latest results of earlier runs with the same "
+            f"settings on the same kind of machine ({', '.join(others)}: {', '.join(kept)}); the *from* column "
+            "says which run each ranked row comes from.")
+
+
+def _runs_text(runs, run_id) -> str:
+    """'this run', 'run X', 'runs X, Y' or 'this run and run X': where a variant's rows come from."""
+    runs = set(runs)
+    others = sorted(runs - {run_id})
+    earlier = ("run " if len(others) == 1 else "runs ") + ", ".join(others) if others else ""
+    return " and ".join(part for part in ("this run" if run_id in runs else "", earlier) if part)
+
+
+def _readme(run_id, env, settings, results, cards, plots, quality, quality_runs) -> str:
     standings = gate(results)
     variants = sorted(cards)
     reference_n = settings.get("reference_length")
@@ -204,14 +263,15 @@ def _readme(run_id, env, settings, results, cards, plots, quality, quality_run) 
     lines = [
         "# Attention zoo leaderboard",
         "",
-        "Generated by `zoo run-all` from the run below; do not edit by hand (`zoo leaderboard` re-renders it).",
+        "Generated by `zoo run-all` from the run below; do not edit by hand (`zoo leaderboard` re-renders it). "
+        + _accumulated_text(results, run_id),
         "",
         _table(pd.DataFrame([{"": k, "value": v} for k, v in {"run": run_id, **env}.items()])),
         "",
         "## Leaderboard",
         "",
-        "Ranked only when the correctness suite ran on the variant in this run and every check passed, with no "
-        "error in any suite (NaN or inf outputs included). Like is compared with like: attention *cores* against "
+        "Ranked only when the correctness suite ran on the variant's measured source and every check passed, with "
+        "no error in any suite (NaN or inf outputs included). Like is compared with like: attention *cores* against "
         "torch SDPA, attention *layers* (with projections) against nn.MultiheadAttention(need_weights=False), "
         f"each on the same shapes in the same process: non-causal, n = {reference_n}, batch "
         f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
@@ -237,8 +297,8 @@ def _readme(run_id, env, settings, results, cards, plots, quality, quality_run) 
                 unranked.append(variant)
                 continue
             row = _ranking_row(results, variant, cards[variant], kind, reference_n, notes,
-                               settings.get("noise_threshold"))
-            ranked.append(_with_quality(row, quality, quality_run, run_id, variant, notes))
+                               settings.get("noise_threshold"), run_id)
+            ranked.append(_with_quality(row, quality, quality_runs, run_id, variant, notes))
         ranked.sort(key=lambda r: r.pop("_key"))
         lines += [f"### {KIND_TITLES[kind]}", "",
                   _table(pd.DataFrame([{"rank": i, **r} for i, r in enumerate(ranked, 1)])), ""]
@@ -257,15 +317,15 @@ def _readme(run_id, env, settings, results, cards, plots, quality, quality_run) 
     unchecked = [v for v in unranked if v not in failing]
     if unchecked:
         lines += ["### Unranked: correctness not run", "",
-                  "These variants' figures below were measured, but the correctness suite did not run on them in "
-                  "this run, so they are not ranked (`zoo run NAME --suite correctness` with the same `--out`, or "
+                  "These variants' figures below were measured, but the correctness suite has not run on them with "
+                  "these settings, so they are not ranked (`zoo run NAME --suite correctness` with the same `--out`, or "
                   "`--suite correctness` added to the run):", "",
                   *[f"- {cell(v)}" for v in unchecked], ""]
     lines += _correctness_section(results, variants)
     lines += ["## Capabilities", "", _capabilities(cards, variants), ""]
     lines += _complexity_section(results, cards, variants, settings)
     lines += _speed_section(results, cards, variants, reference_n, settings)
-    lines += _quality_section(quality, quality_run, run_id, results, reference_n)
+    lines += _quality_section(quality, quality_runs, run_id, results, reference_n)
     lines += _targets_section(results, cards, variants)
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -305,7 +365,7 @@ def _missing(results, variant: str, mode: str, phase: str, n) -> str:
     return f"no {phase} ratio recorded at n={n}"
 
 
-def _ranking_row(results, variant, provenance, kind, n, notes, threshold) -> dict:
+def _ranking_row(results, variant, provenance, kind, n, notes, threshold, run_id) -> dict:
     card = provenance.get("card", {})
     check = rank_check(kind)
     row = {"variant": variant, "family": card.get("family")}
@@ -331,6 +391,7 @@ def _ranking_row(results, variant, provenance, kind, n, notes, threshold) -> dic
     row["FLOP exp."] = _fmt_exp(_value(results, variant, "flops-exponent", "full", "fwd"))
     row["memory exp."] = _fmt_exp(_value(results, variant, "memory-exponent", "full", "fwd+bwd"))
     row["origin"] = _origin(provenance)
+    row["from"] = _runs_text(results[results.variant == variant].run_id, run_id)
     row["_key"] = key
     return row
 
@@ -343,14 +404,15 @@ def _approximation_missing(results, variant, n) -> str:
     return f"approximation error not measured at n={n} in this run (it is taken wherever the speed suite times the variant)"
 
 
-def _with_quality(row: dict, quality: pd.DataFrame, quality_run, run_id, variant, notes) -> dict:
+def _with_quality(row: dict, quality: pd.DataFrame, quality_runs, run_id, variant, notes) -> dict:
     """The ranking row with the variant's mean quality-suite accuracy beside its speed, and the run it is from."""
-    if quality_run is None:
+    if not quality_runs:
         return row
-    header = "quality: mean accuracy" + ("" if quality_run == run_id else f" (run {quality_run})")
+    source = _runs_text(quality_runs, run_id)
+    header = "quality: mean accuracy" + ("" if source == "this run" else f" ({source})")
     scores = quality[(quality.variant == variant) & (quality.check == "accuracy")].dropna(subset=["value"])
     row[header] = f"{scores.value.mean():.3f}" if not scores.empty else \
-        "not trained " + notes.mark(f"the quality suite did not train {variant} in run {quality_run}")
+        "not trained " + notes.mark(f"the quality suite did not train {variant} in {source}")
     return row
 
 
@@ -370,11 +432,11 @@ def _noise_line(results, settings) -> str:
     spreads = results[(results.check == "time-spread")].value.dropna()
     threshold = settings.get("noise_threshold")
     if spreads.empty:
-        return "Noise: no timed cells in this run."
+        return "Noise: no timed cells on this board."
     over = int((spreads > threshold).sum()) if threshold is not None else 0
     rule = (f"; {over} of {len(spreads)} cells stayed above the {threshold:g} threshold after re-measuring and are "
             "marked (noisy)") if threshold is not None else ""
-    return (f"Noise in this run: interquartile range / median of the timed cells (each cell's noisiest callable), "
+    return (f"Noise on this board: interquartile range / median of the timed cells (each cell's noisiest callable), "
             f"median {spreads.median():.3g}, largest {spreads.max():.3g}{rule}.")
 
 
@@ -575,7 +637,7 @@ def _targets_section(results, cards, variants) -> list[str]:
             _table(pd.DataFrame(rows)), ""]
 
 
-def _quality_section(quality, quality_run, run_id, results, reference_n) -> list[str]:
+def _quality_section(quality, quality_runs, run_id, results, reference_n) -> list[str]:
     scores = quality[quality.check == "accuracy"]
     if scores.empty:
         return ["## Quality", "", "_Not in this run: `zoo run-all --suite quality` (or `--profile full`) trains "
@@ -598,8 +660,8 @@ def _quality_section(quality, quality_run, run_id, results, reference_n) -> list
     chance = {task: _setting_value(quality, None, "chance", task) for task in tasks}
     rows.append({"variant": "(chance)", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})
     hp = quality[quality.check == "hyper-parameters"].detail
-    source = "this run" if quality_run == run_id else f"run {quality_run} (the latest run that trained them; " \
-        "this run did not run the quality suite)"
+    source = _runs_text(quality_runs, run_id) + ("" if run_id in quality_runs else
+                                                 " (this run did not train them; the latest run that did)")
     timed = {v for v in set(scores.variant) if _value(results, v, f"x-{SDPA}", RANK_MODE, RANK_PHASE, reference_n) is not None}
     absent = sorted(set(scores.variant) - timed) if timed else []
     plot_note = (f" The accuracy-versus-speed plot leaves out {', '.join(absent)}: not timed at n = {reference_n}."
