@@ -106,6 +106,25 @@ def naive_broadcast(module):
     return run
 
 
+def tanh_floor(module):
+    """A floor: the bare tanh over every (query, key, feature) triple, chunked as the variant chunks it
+    (from a fixed random buffer into a second one), with nothing else: the op additive attention cannot
+    avoid, so the variant's time over this one is what its own overhead costs."""
+
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        batch, n, heads = query.shape[0], query.shape[1], module.num_heads
+        width = module.d_model // heads
+        chunk = module.chunk_rows or max(1, n // width)
+        source = torch.randn(batch, heads, chunk, key.shape[1], width, dtype=query.dtype, device=query.device)
+        target = torch.empty_like(source)
+        for start in range(0, n, chunk):
+            rows = min(chunk, n - start)
+            torch.tanh(source[:, :, :rows], out=target[:, :, :rows])
+        return target
+
+    return run
+
+
 @zoo.hookimpl
 def zoo_register_variants(register):
     register(zoo.Variant(
@@ -120,7 +139,10 @@ def zoo_register_variants(register):
         options={"chunk_rows": None},
         check_options={"chunk_rows": 2},
         baselines={"naive-broadcast": naive_broadcast},
+        floors={"tanh-floor": tanh_floor},
         targets=(
+            zoo.Target("x-tanh-floor", 1.5, phase="fwd", n=1024,
+                       note="forward within 1.5x of a bare tanh over its n * n * d_model elements at n=1024"),
             zoo.Target("memory-vs-naive-broadcast", 1 / 8, phase="fwd", n=2048,
                        note="forward peak memory at most 1/8 of the naive broadcast form's at n=2048"),
             zoo.Target("memory-vs-naive-broadcast", 1 / 4, phase="fwd+bwd", n=2048,

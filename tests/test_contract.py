@@ -30,6 +30,8 @@ def _variant(**changes):
     ({"targets": ("fast",)}, "targets must be zoo.Target"),
     ({"options": {"window": 4}, "check_options": {"chunk": 2}}, "check_options ['chunk'] are not among its options"),
     ({"baselines": {"other": 3}}, "baseline 'other' must be callable"),
+    ({"floors": {"bare-op": None}}, "floor 'bare-op' must be callable"),
+    ({"baselines": {"same": lambda m: m}, "floors": {"same": lambda m: m}}, "['same'] named both a baseline and a floor"),
     ({"approximates": "Soft Max"}, "approximates must be None, 'softmax' or a variant name"),
     ({"approximates": True}, "approximates must be None"),
     ({"approximates": "good"}, "approximates names the variant itself"),

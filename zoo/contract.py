@@ -136,6 +136,9 @@ class Variant:
     in float64, slowly and obviously, using the module's parameters.
     ``baselines`` maps a label to another implementation of the same math (see :data:`Baseline`):
     the correctness suite checks the variant equals it, the speed suite times it beside the variant.
+    ``floors`` maps a label to the op the variant cannot avoid (see :data:`Baseline`; e.g. the bare tanh over
+    every (query, key, feature) triple of additive attention): timed beside the variant in the forward pass
+    as a lower bound, never checked for equality; a :class:`Target` on ``x-<label>`` says how close it gets.
     ``check_options`` are used on the correctness suite's small shapes so the variant's structure is
     exercised there (e.g. a window or chunk smaller than the sequence).
     ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
@@ -160,6 +163,7 @@ class Variant:
     options: Mapping[str, Any] = field(default_factory=dict)
     check_options: Mapping[str, Any] = field(default_factory=dict)
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
+    floors: Mapping[str, Baseline] = field(default_factory=dict)
     flops: Callable[..., float] | None = None
     targets: tuple[Target, ...] = ()
     origin: Origin | None = None
@@ -202,9 +206,13 @@ class Variant:
         unknown = sorted(set(self.check_options) - set(self.options))
         if unknown:
             raise RegistrationError(f"variant {self.name!r}: check_options {unknown} are not among its options")
-        for label, baseline in self.baselines.items():
-            if not callable(baseline):
-                raise RegistrationError(f"variant {self.name!r}: baseline {label!r} must be callable")
+        for kind, labelled in (("baseline", self.baselines), ("floor", self.floors)):
+            for label, make in labelled.items():
+                if not callable(make):
+                    raise RegistrationError(f"variant {self.name!r}: {kind} {label!r} must be callable")
+        clash = sorted(set(self.baselines) & set(self.floors))
+        if clash:
+            raise RegistrationError(f"variant {self.name!r}: {clash} named both a baseline and a floor")
 
     @property
     def kind(self) -> str:
@@ -218,7 +226,7 @@ class Variant:
             "summary": self.summary, "family": self.family, "citation": self.citation, "kind": self.kind,
             "tags": self.tags.describe(), "approximates": self.approximates, "claimed_time": self.complexity.time,
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
-            "baselines": list(self.baselines),
+            "baselines": list(self.baselines), "floors": list(self.floors),
             "targets": [dataclasses.asdict(t) for t in self.targets],
         }
 

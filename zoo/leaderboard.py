@@ -597,8 +597,9 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
             "whose IQR/median stayed above the run's threshold after re-measuring. An approximation's forward "
             "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.", "",
-            _table(pd.DataFrame(rows)), "", *notes.lines(), "### Against each variant's own baselines and torch SDPA", "",
-            "Time of the variant / time of the named callable, same shapes, same process.", "",
+            _table(pd.DataFrame(rows)), "", *notes.lines(), "### Against each variant's own baselines, floors and torch SDPA", "",
+            "Time of the variant / time of the named callable, same shapes, same process (a *floor* is the op "
+            "the variant cannot avoid, timed in the forward pass only).", "",
             _table(pd.DataFrame(extra)), "", "### Achieved rate", "", _table(pd.DataFrame(rates)), ""]
 
 

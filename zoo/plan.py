@@ -10,8 +10,8 @@ predicts both at every length. Then:
   (``max_call_gflop``, ``max_call_gib``);
 - the callable it is ranked against (torch SDPA, or nn.MultiheadAttention for a layer) is measured at
   every length the variant is, whatever its cost: a figure is never shown without its comparison;
-- each of the variant's own baselines is measured where the variant is and its own prediction is
-  within the caps.
+- each of the variant's own baselines and floors is measured where the variant is and its own
+  prediction is within the caps.
 
 Every length left out gets a reason, which the leaderboard shows.
 """
@@ -49,7 +49,8 @@ class Plan:
 
 
 def _counted(load: Workload) -> Cost:
-    return Cost(flops=float(count_flops(load.train_step)), bytes=float(peak_memory(load.train_step)))
+    call = load.train_step or load.forward  # a floor has no backward pass
+    return Cost(flops=float(count_flops(call)), bytes=float(peak_memory(call)))
 
 
 def _extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:

@@ -30,8 +30,8 @@ def comparator(variant: Variant) -> str:
 class Workload:
     forward: Callable[[], object]
     """One call without autograd; returns the output (checked for NaN/inf outside the timed loop)."""
-    train_step: Callable[[], None]
-    """One forward and backward pass."""
+    train_step: Callable[[], None] | None
+    """One forward and backward pass (None for a floor: it bounds the forward pass only)."""
     checked_forward: Callable[[], object] | None = None
     """``forward`` through the zoo's input and output checks (the variant's only): called once, untimed."""
 
@@ -56,11 +56,12 @@ def _workload(call: Callable[[], torch.Tensor], grad_out: torch.Tensor, leaves: 
 
 def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, heads: int, n: int, causal: bool,
                              seed: int, device: str = "cpu", dtype: str = "float32",
-                             baselines: bool = True, only: set[str] | None = None) -> dict[str, Workload]:
+                             baselines: bool = True, floors: bool = False,
+                             only: set[str] | None = None) -> dict[str, Workload]:
     """Self-attention on one (batch, n, d_model) input of ``dtype``: the variant (under its own name),
     ``torch-sdpa`` on the same (batch, heads, n, d_model / heads) shapes, for a layer also
-    ``nn.MultiheadAttention`` on the same (batch, n, d_model) input, and each baseline (``only``: just
-    these callables).
+    ``nn.MultiheadAttention`` on the same (batch, n, d_model) input, each baseline and, with ``floors``, each
+    floor (forward only) (``only``: just these callables).
 
     The timed callables run the bare module (no input checks), as the torch ops they are compared with
     run bare; the variant's ``checked_forward`` goes through the checks, for one untimed call.
@@ -91,6 +92,11 @@ def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, head
             if wanted(label):
                 fn = make(module)
                 loads[label] = _workload(lambda fn=fn: fn(x, x, x, is_causal=causal), grad_out, [x, *params])
+    if floors:
+        for label, make in variant.floors.items():
+            if wanted(label):
+                fn = make(module)
+                loads[label] = Workload(torch.no_grad()(lambda fn=fn: fn(x, x, x, is_causal=causal)), None)
     return loads
 
 

@@ -33,3 +33,10 @@ def test_a_bfloat16_run_times_bfloat16_tensors_and_says_so(registry):
     peak = next(r for r in rows if r.check == "matmul-peak")
     assert peak.setting.startswith("bfloat16") and peak.value > 0
     assert {r.n for r in rows if r.check == "time"} == set(PROFILE.speed_lengths)
+
+
+def test_a_floor_is_timed_beside_the_variant_in_the_forward_pass_only(registry):
+    rows = list(run_speed(registry.variant("additive"), PROFILE.with_overrides(speed_lengths=(64, 128))))
+    floor = [r for r in rows if r.check == "x-tanh-floor"]
+    assert {(r.n, r.phase) for r in floor} == {(64, "fwd"), (128, "fwd")} and all(r.value > 0 for r in floor)
+    assert {r.phase for r in rows if r.check == "x-naive-broadcast"} == {"fwd", "fwd+bwd"}  # a baseline: both

@@ -90,7 +90,8 @@ def measure_cell(fns: dict[str, callable], profile) -> tuple[dict[str, list[floa
 def _loads_at(variant, profile, mode, n, only=None):
     return self_attention_workloads(
         variant, batch=profile.speed_batch, d_model=profile.speed_d_model, heads=profile.speed_heads,
-        n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype, only=only,
+        n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype, floors=True,
+        only=only,
     )
 
 
@@ -128,7 +129,8 @@ def run_speed(variant, profile):
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                 continue
             for phase in PHASES:
-                fns = {who: (load.forward if phase == "fwd" else load.train_step) for who, load in loads.items()}
+                fns = {who: (load.forward if phase == "fwd" else load.train_step) for who, load in loads.items()
+                       if phase == "fwd" or load.train_step is not None}
                 samples, retries = measure_cell(fns, profile)
                 yield from _rows(variant, profile, mode, phase, n, samples, retries, fns[variant.name], peak)
                 for who, times in samples.items():
