@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import run_zoo
+from conftest import BUILTINS, run_zoo
 from zoo.api import default_registry
 from zoo.cases import cases_for
 from zoo.profiles import PROFILES
@@ -15,7 +15,6 @@ from zoo.store import Store
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
-BUILTINS = ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"]
 GPU_FLOAT32_TOLERANCE = 1e-4  # GPU float32 kernels (cuBLAS without TF32, SDPA's float32 path) vs float64
 
 

@@ -19,7 +19,10 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None
 
 def combine_masks(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len: int,
                   device: torch.device | str | None = None) -> Tensor | None:
-    """One boolean mask from ``attn_mask`` and ``is_causal`` (both apply), or None when neither is set."""
+    """One boolean mask from ``attn_mask`` and ``is_causal`` (both apply), or None when neither is set.
+    A 1-D ``attn_mask`` (k_len,) is one row shared by every query, as in torch SDPA."""
+    if attn_mask is not None and attn_mask.dim() == 1:
+        attn_mask = attn_mask.view(1, -1)
     if not is_causal:
         return attn_mask
     causal = causal_mask(q_len, k_len, device)
@@ -39,18 +42,19 @@ def merge_heads(x: Tensor) -> Tensor:
 
 
 def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None,
-                is_causal: bool = False) -> Tensor:
+                is_causal: bool = False, enable_gqa: bool = False) -> Tensor:
     """torch SDPA on (batch, heads, seq, d) with a combinable mask and zeros for fully masked rows.
 
     A row with no allowed key is given every key before SDPA (so no NaN appears in forward or
     backward) and zeroed afterwards, so it has no influence in either direction. No value is read
-    back to the host, so a GPU call never waits for its own kernels.
+    back to the host, so a GPU call never waits for its own kernels. ``enable_gqa``: k and v may have
+    fewer heads than q (a divisor of them), as in torch SDPA.
     """
     if attn_mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa)
     mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2], q.device)
     row_empty = ~mask.any(dim=-1, keepdim=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | row_empty)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | row_empty, enable_gqa=enable_gqa)
     return out.masked_fill(row_empty, 0.0)
 
 

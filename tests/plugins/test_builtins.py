@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 import zoo
 from zoo.cases import relative_error
 from zoo.measure import peak_memory
+from conftest import BUILTINS
 
-BUILTINS = ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"]
 SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3}}
 
 

@@ -9,6 +9,7 @@ from zoo.checks import FAILED, PASSED
 from zoo.functional import combine_masks, masked_sdpa, merge_heads, split_heads
 from zoo.profiles import PROFILES
 from zoo.reference import reference_mask, softmax_attention
+from conftest import BUILTINS
 
 PROFILE = PROFILES["quick"]
 
@@ -311,7 +312,7 @@ def test_a_variant_exact_for_its_own_function_is_not_measured_against_anything(r
     assert row.status == "skipped" and "approximates=None" in row.detail
 
 
-@pytest.mark.parametrize("name", ["additive", "cross", "dot-product", "linear", "multi-head", "windowed"])
+@pytest.mark.parametrize("name", BUILTINS)
 def test_builtins_pass_every_applicable_check(registry, name):
     variant = registry.variant(name)
     for check in registry.checks_for("correctness"):

@@ -1,0 +1,107 @@
+"""Grouped-query attention (Ainslie et al. 2023): the query heads share fewer key/value heads, so the
+key/value projections (and a decoder's KV cache) shrink by num_heads / kv_heads. Multi-query attention
+(Shazeer 2019) is its kv_heads = 1 case, registered under its own name.
+
+The fast path hands the shared heads to torch SDPA with ``enable_gqa=True``; the baseline repeats them
+to a full set of heads first, as code written before ``enable_gqa`` does.
+"""
+
+import functools
+
+import torch
+from torch import nn
+
+import zoo
+from zoo.functional import masked_sdpa, merge_heads, split_heads
+from zoo.reference import reference_mask, softmax_attention
+
+
+def default_kv_heads(num_heads: int) -> int:
+    """The largest divisor of num_heads that is at most half of it (1 for one or two heads)."""
+    return max(d for d in range(1, max(1, num_heads // 2) + 1) if num_heads % d == 0)
+
+
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, kv_heads: int | None = None, bias: bool = True):
+        super().__init__()
+        kv_heads = default_kv_heads(num_heads) if kv_heads is None else kv_heads
+        if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads < 1 or num_heads % kv_heads:
+            raise ValueError(f"kv_heads must be a positive divisor of num_heads={num_heads}, got {kv_heads!r}")
+        self.d_model, self.num_heads, self.kv_heads = d_model, num_heads, kv_heads
+        kv_width = kv_heads * (d_model // num_heads)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, kv_width, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_width, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def projections(self, query, key, value):
+        return (split_heads(self.q_proj(query), self.num_heads), split_heads(self.k_proj(key), self.kv_heads),
+                split_heads(self.v_proj(value), self.kv_heads))
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.projections(query, key, value)
+        return self.out_proj(merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal, enable_gqa=True)))
+
+
+class MultiQueryAttention(GroupedQueryAttention):
+    def __init__(self, d_model: int, num_heads: int = 1, bias: bool = True):
+        super().__init__(d_model, num_heads, kv_heads=1, bias=bias)
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    """Every query head against its group's key/value head, written out in float64."""
+    def project(x, layer):
+        return x.double() @ layer.weight.detach().double().T + (0.0 if layer.bias is None else layer.bias.detach().double())
+
+    h, g = module.num_heads, module.kv_heads
+    q = project(query, module.q_proj).unflatten(-1, (h, -1)).transpose(1, 2)
+    k, v = (project(x, layer).unflatten(-1, (g, -1)).transpose(1, 2)
+            for x, layer in ((key, module.k_proj), (value, module.v_proj)))
+    group = torch.arange(h) // (h // g)  # query head i reads key/value head i // (h / g)
+    mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
+    out = softmax_attention(q, k[:, group], v[:, group], mask).transpose(1, 2).flatten(2)
+    return project(out, module.out_proj)
+
+
+def repeated_kv(module):
+    """A baseline: the shared key/value heads repeated to one per query head, then plain SDPA."""
+
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = module.projections(query, key, value)
+        repeats = module.num_heads // module.kv_heads
+        k, v = (x.repeat_interleave(repeats, dim=1) for x in (k, v))
+        return module.out_proj(merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal)))
+
+    return run
+
+
+def flops(batch, q_len, k_len, d_model, num_heads, kv_heads=None, **options):
+    kv_heads = default_kv_heads(num_heads) if kv_heads is None else kv_heads
+    kv_width = kv_heads * (d_model // num_heads)
+    projections = 2.0 * batch * d_model * (2 * q_len * d_model + 2 * k_len * kv_width)  # q, out; k, v
+    return projections + 4.0 * batch * q_len * k_len * d_model
+
+
+TARGETS = (
+    zoo.Target("x-repeated-kv", 1.05, phase="fwd", note="within 1.05x of SDPA on key/value heads repeated per query head"),
+    zoo.Target("x-repeated-kv", 1.05, phase="fwd+bwd", note="within 1.05x of SDPA on repeated key/value heads"),
+)
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    common = dict(family="softmax", reference=reference, tags=zoo.Tags(has_parameters=True),
+                  complexity=zoo.Complexity(time=2, memory=1), baselines={"repeated-kv": repeated_kv},
+                  targets=TARGETS)
+    register(zoo.Variant(
+        name="grouped-query",
+        summary="Grouped-query attention: query heads share kv_heads key/value heads (SDPA enable_gqa).",
+        citation="Ainslie et al. 2023, GQA: Training Generalized Multi-Query Transformer Models from Multi-Head Checkpoints",
+        factory=GroupedQueryAttention, options={"kv_heads": None}, flops=flops, **common,
+    ))
+    register(zoo.Variant(
+        name="multi-query",
+        summary="Multi-query attention: every query head shares one key/value head.",
+        citation="Shazeer 2019, Fast Transformer Decoding: One Write-Head is All You Need",
+        factory=MultiQueryAttention, flops=functools.partial(flops, kv_heads=1), **common,
+    ))
