@@ -1,8 +1,8 @@
 """How far an approximation is from the function it approximates, on inputs where attention matters.
 
-Relative error on Gaussian inputs says little: there softmax attention is close to the mean of the
-values, so an all-zero output scores 1.0 and "mean of V" about 0.8. Here the error is *normalised by
-the trivial answer*:
+Relative error against softmax on Gaussian inputs says little: an all-zero output scores exactly 1, and
+since softmax attention there is close to the mean of the values, returning that mean scores well below
+1 while having learnt nothing. Here the error is *normalised by the trivial answer*:
 
     error = ||out - target|| / ||trivial - target||,   trivial = each query's mean of the values it may see
 
