@@ -1,9 +1,7 @@
 """Linear attention with the feature map elu(x) + 1 (Katharopoulos et al. 2020).
 
-Non-causal: phi(Q) (phi(K)^T V) in O(n d^2). Causal: chunks of ``chunk`` tokens, each combining an
-exclusive prefix state (sum of phi(K)^T V over earlier chunks, one cumsum) with a masked product inside
-the chunk; no n x n matrix and no loop in Python, so autograd's backward costs about two forwards. A mask that depends only on the key (padding) zeroes those
-keys' features and stays linear; any other mask falls back to the quadratic form of the same kernel.
+The kernel attention itself (non-causal in O(n d^2), causal over chunks of ``chunk`` tokens, key-padding
+masks kept linear) is ``zoo.functional.kernel_attention``, shared with any positive feature map.
 """
 
 import torch
@@ -11,16 +9,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import combine_masks, merge_heads, split_heads
+from zoo.functional import kernel_attention, merge_heads, split_heads
 
 
 def feature_map(x):
     return F.elu(x) + 1
-
-
-def _normalise(numerator, denominator):
-    """numerator / denominator; rows with no allowed key have both zero and give zero."""
-    return numerator / denominator.masked_fill(denominator == 0, 1.0)  # no 0/0, in value or gradient
 
 
 class LinearAttention(nn.Module):
@@ -32,47 +25,7 @@ class LinearAttention(nn.Module):
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
-        fq, fk = feature_map(q), feature_map(k)
-        q_len, k_len = q.shape[-2], k.shape[-2]
-        if attn_mask is not None:
-            keep = attn_mask if attn_mask.dim() >= 2 else attn_mask.view(1, -1)
-            if keep.shape[-2] != 1:  # depends on the query: only the quadratic form can apply it
-                mask = combine_masks(attn_mask, is_causal, q_len, k_len, q.device)
-                return merge_heads(self._quadratic(fq, fk, v, mask))
-            fk = fk * keep.transpose(-2, -1).to(fk.dtype)  # key padding: drop those keys' features
-        if not is_causal:
-            state = fk.transpose(-2, -1) @ v  # (b, h, d, d_v)
-            normaliser = fk.sum(dim=-2).unsqueeze(-1)  # (b, h, d, 1)
-            return merge_heads(_normalise(fq @ state, fq @ normaliser))
-        if q_len != k_len:
-            return merge_heads(self._quadratic(fq, fk, v, combine_masks(None, True, q_len, k_len, q.device)))
-        return merge_heads(self._causal_chunked(fq, fk, v))
-
-    def _causal_chunked(self, fq, fk, v):
-        batch, heads, n, width = fq.shape
-        size = self.chunk
-        chunks = -(-n // size)
-        pad = chunks * size - n
-        v = F.pad(v, (0, 1), value=1.0)  # a ones column: the normaliser rides along with the values
-        if pad:
-            fq, fk, v = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, v))
-        fq, fk, v = (x.reshape(batch, heads, chunks, size, x.shape[-1]) for x in (fq, fk, v))
-        kv = fk.transpose(-2, -1) @ v  # (b, h, chunks, d, d_v + 1): each chunk's state and normaliser
-        # Exclusive prefix over chunks as one cumsum: its backward is one reversed cumsum. (A Python loop
-        # assigning state[:, :, i] was faster forward, but autograd copied the whole tensor per slice in
-        # backward: fwd+bwd took 14.7x the forward.)
-        state = kv.cumsum(dim=2) - kv
-        local = (fq @ fk.transpose(-2, -1)).tril()  # (b, h, chunks, size, size)
-        out = fq @ state + local @ v
-        out = _normalise(out[..., :-1], out[..., -1:])
-        return out.reshape(batch, heads, chunks * size, out.shape[-1])[:, :, :n]  # no -1: batch may be 0
-
-    @staticmethod
-    def _quadratic(fq, fk, v, mask):
-        scores = fq @ fk.transpose(-2, -1)
-        if mask is not None:
-            scores = scores * mask
-        return _normalise(scores @ v, scores.sum(dim=-1, keepdim=True))
+        return merge_heads(kernel_attention(feature_map(q), feature_map(k), v, attn_mask, is_causal, self.chunk))
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):

@@ -75,3 +75,60 @@ def call_torch_mha(mha: torch.nn.MultiheadAttention, query: Tensor, key: Tensor,
             shape = (query.shape[0], mha.num_heads, q_len, k_len)
             mask = ~mask.expand(shape).reshape(-1, q_len, k_len)
     return mha(query, key, value, attn_mask=mask, need_weights=need_weights)[0]
+
+
+def _normalise(numerator: Tensor, denominator: Tensor) -> Tensor:
+    """numerator / denominator; rows with no allowed key have both zero and give zero."""
+    return numerator / denominator.masked_fill(denominator == 0, 1.0)  # no 0/0, in value or gradient
+
+
+def kernel_attention(fq: Tensor, fk: Tensor, v: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False,
+                     chunk: int = 64) -> Tensor:
+    """sum_j (fq_i . fk_j) v_j / sum_j fq_i . fk_j over the allowed keys, on (batch, heads, seq, d) feature
+    maps that are positive (linear attention's elu + 1, Performer's random features).
+
+    Non-causal: fq (fk^T v) in O(n d^2). Causal: chunks of ``chunk`` tokens, each combining an exclusive
+    prefix state (sum of fk^T v over earlier chunks, one cumsum) with a masked product inside the chunk;
+    no n x n matrix and no loop in Python, so autograd's backward costs about two forwards. A mask that
+    depends only on the key (padding) zeroes those keys' features and stays linear; any other mask falls
+    back to the quadratic form of the same kernel.
+    """
+    q_len, k_len = fq.shape[-2], fk.shape[-2]
+    if attn_mask is not None:
+        keep = attn_mask if attn_mask.dim() >= 2 else attn_mask.view(1, -1)
+        if keep.shape[-2] != 1:  # depends on the query: only the quadratic form can apply it
+            return _quadratic_kernel(fq, fk, v, combine_masks(attn_mask, is_causal, q_len, k_len, fq.device))
+        fk = fk * keep.transpose(-2, -1).to(fk.dtype)  # key padding: drop those keys' features
+    if not is_causal:
+        state = fk.transpose(-2, -1) @ v  # (b, h, d, d_v)
+        normaliser = fk.sum(dim=-2).unsqueeze(-1)  # (b, h, d, 1)
+        return _normalise(fq @ state, fq @ normaliser)
+    if q_len != k_len:
+        return _quadratic_kernel(fq, fk, v, combine_masks(None, True, q_len, k_len, fq.device))
+    return _causal_chunked(fq, fk, v, chunk)
+
+
+def _causal_chunked(fq: Tensor, fk: Tensor, v: Tensor, size: int) -> Tensor:
+    batch, heads, n, _ = fq.shape
+    chunks = -(-n // size)
+    pad = chunks * size - n
+    v = F.pad(v, (0, 1), value=1.0)  # a ones column: the normaliser rides along with the values
+    if pad:
+        fq, fk, v = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, v))
+    fq, fk, v = (x.reshape(batch, heads, chunks, size, x.shape[-1]) for x in (fq, fk, v))
+    kv = fk.transpose(-2, -1) @ v  # (b, h, chunks, d, d_v + 1): each chunk's state and normaliser
+    # Exclusive prefix over chunks as one cumsum: its backward is one reversed cumsum. (A Python loop
+    # assigning state[:, :, i] was faster forward, but autograd copied the whole tensor per slice in
+    # backward: fwd+bwd took 14.7x the forward at n=16384.)
+    state = kv.cumsum(dim=2) - kv
+    local = (fq @ fk.transpose(-2, -1)).tril()  # (b, h, chunks, size, size)
+    out = fq @ state + local @ v
+    out = _normalise(out[..., :-1], out[..., -1:])
+    return out.reshape(batch, heads, chunks * size, out.shape[-1])[:, :, :n]  # no -1: batch may be 0
+
+
+def _quadratic_kernel(fq: Tensor, fk: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    scores = fq @ fk.transpose(-2, -1)
+    if mask is not None:
+        scores = scores * mask
+    return _normalise(scores @ v, scores.sum(dim=-1, keepdim=True))

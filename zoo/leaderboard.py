@@ -279,9 +279,10 @@ def _readme(run_id, env, settings, results, cards, plots, quality, quality_runs)
         "Variants without a time at that length come last, with the reason. \"exact\": the variant computes its "
         "own documented function exactly (not necessarily softmax). An approximation's error is measured against "
         "the function it approximates, normalised so that 0 is exact and 1 is no better than the trivial answer "
-        "(each query's mean of the values it may see); it is the mean over structured input families (random, "
-        "low-rank and clustered queries and keys at several logit scales) at the same shapes, and an approximation "
-        "no better than the trivial answer on the easy families fails correctness and is not ranked.",
+        "(each query's mean of the values it may see), at the same shapes: first the mean over structured inputs "
+        "(low-rank and clustered queries and keys), then the worst over all input families (random ones at "
+        "higher logit scales included). An approximation no better than the trivial answer on the structured "
+        "inputs fails correctness and is not ranked.",
         "",
         _noise_line(results, settings),
         "",
@@ -374,8 +375,9 @@ def _ranking_row(results, variant, provenance, kind, n, notes, threshold, run_id
         row[f"accuracy, n={n}"] = "exact"
     else:  # an approximation's speed is never shown without its cost in accuracy
         error = _value(results, variant, "approximation-error", RANK_MODE, "fwd", n)
+        worst = _value(results, variant, "approximation-error-worst", RANK_MODE, "fwd", n)
         row[f"accuracy, n={n}"] = f"approx. of {target}: " + (
-            f"error {error:.2f}" if error is not None else
+            f"error {error:.2f}" + (f", worst {worst:.2f}" if worst is not None else "") if error is not None else
             "not measured " + notes.mark(f"{variant}: " + _approximation_missing(results, variant, n)))
     key = float("inf")
     for phase in (RANK_PHASE, "fwd"):

@@ -12,7 +12,8 @@ from zoo.cases import relative_error
 from zoo.measure import peak_memory
 from conftest import BUILTINS
 
-SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3}}
+SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3},
+                 "performer": {"features": 16, "chunk": 4}}
 
 
 @st.composite
