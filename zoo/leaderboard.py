@@ -181,12 +181,19 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
 
 def _quality_results(store: Store, results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """The board's quality rows and the runs they came from; when none of its comparable runs trained
-    anything (the quick profile), the latest run that did, so the board still shows what each variant can
-    learn (labelled with that run's id)."""
+    anything (the quick profile), each variant's latest finished quality job in any run, so the board
+    still shows what each variant can learn (labelled with those runs' ids)."""
     quality = results[results.suite == "quality"]
-    if quality.empty and (earlier := store.latest_run_with("quality")) is not None:
-        rows = store.results(earlier)
-        quality = rows[rows.suite == "quality"].assign(run_id=earlier)
+    if quality.empty:
+        parts, covered = [], set()
+        for run in reversed(list(store.runs().run_id)):
+            jobs = store.jobs(run)
+            trained = set(jobs[(jobs.suite == "quality") & (jobs.status == "done")].variant) - covered
+            if trained:
+                rows = store.results(run)
+                parts.append(rows[(rows.suite == "quality") & rows.variant.isin(trained)].assign(run_id=run))
+                covered |= trained
+        quality = pd.concat(parts, ignore_index=True) if parts else quality
     return quality, sorted(set(quality.run_id))
 
 
@@ -662,7 +669,7 @@ def _quality_section(quality, quality_runs, run_id, results, reference_n) -> lis
         rows.append(row)
     chance = {task: _setting_value(quality, None, "chance", task) for task in tasks}
     rows.append({"variant": "(chance)", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})
-    hp = quality[quality.check == "hyper-parameters"].detail
+    hp = pd.Series(quality[quality.check == "hyper-parameters"].detail.unique())
     source = _runs_text(quality_runs, run_id) + ("" if run_id in quality_runs else
                                                  " (this run did not train them; the latest run that did)")
     timed = {v for v in set(scores.variant) if _value(results, v, f"x-{SDPA}", RANK_MODE, RANK_PHASE, reference_n) is not None}
@@ -671,7 +678,7 @@ def _quality_section(quality, quality_runs, run_id, results, reference_n) -> lis
                  if absent else "")
     lines = ["## Quality", "",
              f"From {source}. Accuracy on fresh examples after training with the same budget and hyper-parameters "
-             f"({hp.iloc[0] if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}", "",
+             f"({'; '.join(hp) if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}", "",
              _table(pd.DataFrame(rows)), ""]
     curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
     if not curve.empty:

@@ -44,11 +44,12 @@ class Profile:
     # timed at larger lengths, and the leaderboard says the safety net fired
     call_limit_seconds: float | None = 30.0  # None: no safety net (the smoke profile, for tests)
     reference_length: int = 1024  # the leaderboard ranks by fwd+bwd x SDPA at this n
-    # quality: training budget per task (not among the quick profile's default suites)
+    # quality: training budget per task (not among the quick profile's default suites); a task whose counted
+    # training FLOPs (one step, counted, times the steps) exceed the cap is skipped before it starts
     quality_steps: int = 300
     quality_recall_steps: int = 600  # the recall-versus-pairs sweep: harder settings need longer training
     quality_seeds: int = 2
-    quality_task_budget_seconds: float | None = 60.0  # None: no budget (the smoke profile, for tests)
+    quality_task_max_gflop: float | None = 5000.0  # None: no cap
     default_suites: tuple[str, ...] = ("correctness", "complexity", "speed")
     # a variant's worker is stopped after this long (--timeout overrides)
     variant_timeout_seconds: float = 900.0
@@ -85,7 +86,7 @@ PROFILES = {
         quality_steps=600,
         quality_recall_steps=1500,  # long enough for softmax attention to learn the 32-pair setting here
         quality_seeds=3,
-        quality_task_budget_seconds=600.0,
+        quality_task_max_gflop=20000.0,
         default_suites=("correctness", "complexity", "speed", "quality"),
         variant_timeout_seconds=4 * 3600.0,
     ),
@@ -96,7 +97,7 @@ PROFILES = {
 PROFILES["smoke"] = Profile(
     name="smoke", cases=1, complexity_lengths=(64, 128, 256), threads=1,
     speed_d_model=64, speed_heads=2, speed_lengths=(64, 128, 256), repeats=2, round_seconds=0.005,
-    reference_length=256, quality_steps=20, quality_recall_steps=20, quality_seeds=1, quality_task_budget_seconds=None,
+    reference_length=256, quality_steps=20, quality_recall_steps=20, quality_seeds=1, quality_task_max_gflop=None,
     call_limit_seconds=None,  # no clock decides anything in a smoke run: tests pass on a busy machine
 )
 

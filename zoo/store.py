@@ -150,14 +150,6 @@ class Store:
             runs = runs[runs["finished"].isna()]
         return None if runs.empty else str(runs["run_id"].iloc[-1])
 
-    def latest_run_with(self, suite: str) -> str | None:
-        """The most recent finished run in which ``suite`` finished on at least one variant."""
-        with closing(self._connect()) as db:
-            row = db.execute(
-                "SELECT r.run_id FROM runs r JOIN jobs j ON j.run_id = r.run_id WHERE j.suite = ? AND j.status = 'done' "
-                "AND r.finished IS NOT NULL ORDER BY r.started DESC, r.run_id DESC LIMIT 1", (suite,)).fetchone()
-        return None if row is None else str(row[0])
-
     def environment(self, run_id: str) -> dict:
         return self._run_json(run_id, "environment")
 

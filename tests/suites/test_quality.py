@@ -65,11 +65,12 @@ def test_windowed_fails_the_long_range_copy_and_solves_the_local_one(registry):
 
 
 def test_suite_rows_state_hyper_parameters_and_skip_over_budget(registry):
-    smoke = PROFILES["smoke"].with_overrides(quality_task_budget_seconds=1e-6)
+    smoke = PROFILES["smoke"].with_overrides(quality_task_max_gflop=1e-6)
     rows = list(run_quality(registry.variant("dot-product"), smoke))
     assert rows[0].check == "hyper-parameters" and "lr=0.003" in rows[0].detail
     skipped = [r for r in rows if r.status == "skipped"]
-    assert len(skipped) == len(default_tasks()) and all("budget" in r.detail for r in skipped)
+    assert len(skipped) == len(default_tasks()) and all("over the profile's cap of 1e-06 GFLOP" in r.detail
+                                                        for r in skipped), skipped
 
 
 def test_the_recall_sweep_grows_pairs_and_keys_at_fixed_width_and_reports_a_curve(registry):

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import zoo
 from zoo.blocks import SequenceModel, VisionTransformer
 from zoo.checks import MEASURED, SKIPPED, Check, Result
-from zoo.scaling import synchronize
+from zoo.measure import count_flops
 from zoo.tasks import IGNORE, Task, default_tasks
 
 SUITE = "quality"
@@ -64,15 +64,22 @@ class Training:
     skipped: str | None = None
 
 
-def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float | None = None,
+def train(variant, task: Task, hp: dict, seed: int, max_gflop: float | None = None,
           device: str = "cpu") -> Training:
-    """Train for ``hp['steps']`` steps on ``device`` and score. With a budget, the run is abandoned after
-    three steps if it is predicted to take longer (a profile's guard; tests pass no budget, so their
-    results never depend on the clock). Data comes from a CPU generator, so every device trains on the
-    same examples."""
+    """Train for ``hp['steps']`` steps on ``device`` and score. With ``max_gflop``, a run whose counted
+    FLOPs (one training step, counted, times the steps) exceed it is skipped before it starts: a guard
+    that reads no clock, so a busy machine never changes which tasks are trained. Data comes from a CPU
+    generator, so every device trains on the same examples."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = make_model(variant, task, hp).to(device)
+    if max_gflop is not None:
+        inputs, targets = (t.to(device) for t in task.make(torch.Generator().manual_seed(seed), hp["batch"]))
+        predicted = count_flops(lambda: _loss(model, inputs, targets).backward()) * hp["steps"] / 1e9
+        model.zero_grad(set_to_none=True)
+        if predicted > max_gflop:
+            return Training(None, 0.0, f"predicted {predicted:.3g} GFLOP to train (one step counted, times "
+                                       f"{hp['steps']} steps), over the profile's cap of {max_gflop:g} GFLOP per task")
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
     started = time.perf_counter()
     for step in range(hp["steps"]):
@@ -81,12 +88,6 @@ def train(variant, task: Task, hp: dict, seed: int, budget_seconds: float | None
         loss = _loss(model, inputs, targets)
         loss.backward()
         optimizer.step()
-        if step == 2 and budget_seconds is not None:
-            synchronize()
-            predicted = (time.perf_counter() - started) / 3 * hp["steps"]
-            if predicted > budget_seconds:
-                return Training(None, time.perf_counter() - started,
-                                f"predicted {predicted:.0f} s to train, over the {budget_seconds:g} s budget per task")
     if not math.isfinite(loss.item()):  # once NaN, the weights stay NaN: the last step tells
         raise FloatingPointError(f"training loss is {loss.item()} after {hp['steps']} steps on {task.name}")
     score = accuracy(model, task, device)  # its float() waits for the GPU
@@ -103,7 +104,7 @@ def run_quality(variant, profile):
         hp = hyper_parameters(profile, task)
         scores, seconds = [], []
         for seed in range(profile.seed, profile.seed + profile.quality_seeds):
-            outcome = train(variant, task, hp, seed, profile.quality_task_budget_seconds, profile.device)
+            outcome = train(variant, task, hp, seed, profile.quality_task_max_gflop, profile.device)
             if outcome.skipped:
                 yield Result("accuracy", SKIPPED, task.name, detail=outcome.skipped)
                 break
