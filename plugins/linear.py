@@ -10,6 +10,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import kernel_attention, merge_heads, split_heads
+from zoo.reference import positive_kernel_attention, reference_mask
 
 
 def feature_map(x):
@@ -33,16 +34,8 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     h = module.num_heads
     q, k, v = (x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value))
     phi_q, phi_k = (torch.where(x > 0, x + 1, torch.exp(x)) for x in (q, k))  # elu(x) + 1, written out
-    similarity = torch.einsum("bhid,bhjd->bhij", phi_q, phi_k)
-    allowed = torch.ones(similarity.shape[-2:], dtype=torch.bool)
-    if is_causal:
-        allowed = torch.arange(k.shape[2]).view(1, -1) <= torch.arange(q.shape[2]).view(-1, 1)
-    if attn_mask is not None:
-        allowed = allowed & attn_mask
-    similarity = torch.where(allowed, similarity, torch.zeros_like(similarity))
-    total = similarity.sum(dim=-1, keepdim=True)
-    out = torch.where(total > 0, (similarity @ v) / torch.where(total > 0, total, 1.0), 0.0)
-    return out.transpose(1, 2).flatten(2)
+    mask = reference_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
+    return positive_kernel_attention(phi_q, phi_k, v, mask).transpose(1, 2).flatten(2)
 
 
 @zoo.hookimpl

@@ -17,6 +17,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import kernel_attention, merge_heads, split_heads
+from zoo.reference import positive_kernel_attention, reference_mask
 
 
 def orthogonal_features(heads: int, features: int, width: int) -> torch.Tensor:
@@ -73,16 +74,8 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
         x = x * scale
         return torch.exp(torch.einsum("bhnd,hmd->bhnm", x, w) - (x * x).sum(-1, keepdim=True) / 2) / math.sqrt(w.shape[1])
 
-    similarity = torch.einsum("bhim,bhjm->bhij", phi(q), phi(k))
-    allowed = torch.ones(similarity.shape[-2:], dtype=torch.bool)
-    if is_causal:
-        allowed = torch.arange(k.shape[2]).view(1, -1) <= torch.arange(q.shape[2]).view(-1, 1)
-    if attn_mask is not None:
-        allowed = allowed & attn_mask
-    similarity = torch.where(allowed, similarity, torch.zeros_like(similarity))
-    total = similarity.sum(dim=-1, keepdim=True)
-    out = torch.where(total > 0, (similarity @ v) / torch.where(total > 0, total, 1.0), 0.0)
-    return out.transpose(1, 2).flatten(2)
+    mask = reference_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
+    return positive_kernel_attention(phi(q), phi(k), v, mask).transpose(1, 2).flatten(2)
 
 
 @zoo.hookimpl

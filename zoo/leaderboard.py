@@ -732,11 +732,7 @@ def _quality_plot(results: pd.DataFrame, quality: pd.DataFrame, reference_n, out
     ax.set_ylabel("mean accuracy over the quality tasks")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out_dir / "accuracy-vs-speed.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out_dir / "accuracy-vs-speed.png")
 
 
 LINE_STYLES = ("-", "--", "-.", ":")
@@ -760,8 +756,11 @@ def _recall_plot(quality: pd.DataFrame, out_dir: Path) -> Path | None:
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(plt, fig, out_dir / "recall-vs-pairs.png")
+
+
+def _save(plt, fig, path: Path) -> Path:
     fig.tight_layout()
-    path = out_dir / "recall-vs-pairs.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
@@ -802,9 +801,5 @@ def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, out_dir / f"{name}.png"))
     return written

@@ -28,6 +28,16 @@ def weighted_sum(scores: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     return torch.matmul(weights, v.double())
 
 
+def positive_kernel_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """sum_j (phi_q_i . phi_k_j) v_j / sum_j phi_q_i . phi_k_j over the allowed keys, in float64, for a
+    positive feature map; rows with no allowed key give 0."""
+    similarity = phi_q.double() @ phi_k.double().transpose(-2, -1)
+    if mask is not None:
+        similarity = torch.where(mask, similarity, torch.zeros_like(similarity))
+    total = similarity.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, (similarity @ v.double()) / torch.where(total > 0, total, 1.0), 0.0)
+
+
 def reference_mask(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len: int) -> Tensor | None:
     """The mask a reference applies: ``attn_mask`` and, when causal, key j <= query i.
 
