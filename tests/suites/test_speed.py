@@ -43,3 +43,22 @@ def test_a_floor_is_timed_beside_the_variant_in_the_forward_pass_only(registry):
     floor = [r for r in rows if r.check == "x-tanh-floor"]
     assert {(r.n, r.phase) for r in floor} == {(64, "fwd"), (128, "fwd")} and all(r.value > 0 for r in floor)
     assert {r.phase for r in rows if r.check == "x-naive-broadcast"} == {"fwd", "fwd+bwd"}  # a baseline: both
+
+
+def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
+    """Rounds of one slow call each cost one call: a cold and a warm call calibrate, then one per round."""
+    import time
+
+    from zoo.suites.speed import measure_cell
+
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(PROFILE.round_seconds * 2)  # longer than a round, so one call per round
+
+    profile = PROFILE.with_overrides(repeats=4, noise_retries=0)
+    samples, retries = measure_cell({"slow": slow}, profile)
+    assert retries == 0 and len(samples["slow"]) == 4
+    assert len(calls) == 2 + 4
+    assert all(s >= PROFILE.round_seconds * 2 for s in samples["slow"])

@@ -1,7 +1,7 @@
 """Speed suite: the variant against torch SDPA (and its baselines) on the same shapes, in one process.
 
-``torch.utils.benchmark.Timer`` with the thread count fixed; rounds interleave the callables so
-drift hits all of them alike; medians and interquartile ranges over rounds; ratios per round.
+Rounds interleave the callables so drift hits all of them alike; medians and interquartile ranges over
+rounds; ratios per round; the thread count fixed for the whole suite.
 """
 
 from __future__ import annotations
@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 import os
 import statistics
+import timeit
 
 import torch
 from torch.utils.benchmark import Timer
+from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 
 import zoo
 from zoo import approximation
@@ -49,12 +51,15 @@ def matmul_peak(threads: int, device: str = "cpu", dtype: str = "float32", size:
 def _time_round_robin(fns: dict[str, callable], profile) -> dict[str, list[float]]:
     """Per-call seconds of each callable, over ``profile.repeats`` interleaved rounds.
 
-    Each Timer runs a call count calibrated once from a warm call (after a first, cold one), so a round
-    costs every callable about ``round_seconds``; blocked_autorange would re-calibrate every round.
+    Each callable runs a call count calibrated once from a warm call (after a first, cold one), so a round
+    costs every callable about ``round_seconds``. A round is the stdlib's ``timeit.Timer`` on torch's
+    benchmark clock (which waits for queued GPU work): ``torch.utils.benchmark.Timer.timeit`` adds two or
+    more warm-up calls to every measurement, which tripled the cost of rounds of one slow call, and
+    ``blocked_autorange`` re-calibrates every round.
     """
     timers, numbers = {}, {}
     for label, fn in fns.items():
-        timers[label] = Timer("fn()", globals={"fn": fn}, num_threads=profile.threads)
+        timers[label] = timeit.Timer(fn, timer=synchronized_clock)
         timed(fn)  # cold: first-call costs (allocation, dispatch caches)
         numbers[label] = max(1, int(profile.round_seconds / max(timed(fn), 1e-9)))
     return _rounds(timers, numbers, profile.repeats)
@@ -64,7 +69,7 @@ def _rounds(timers, numbers, repeats: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {label: [] for label in timers}
     for _ in range(repeats):
         for label, timer in timers.items():
-            samples[label].append(timer.timeit(numbers[label]).median)
+            samples[label].append(timer.timeit(numbers[label]) / numbers[label])
     return samples
 
 
