@@ -159,3 +159,27 @@ def test_builtins_keep_every_tensor_on_their_inputs_device(registry, name):
 
     results = list(check_device_placement(registry.variant(name), PROFILES["quick"]))
     assert results and all(r.status == "passed" for r in results), [r for r in results if r.status != "passed"]
+
+
+def test_rotary_scores_depend_on_offsets_only(registry):
+    """Prepending tokens no one attends to shifts every position alike, so RoPE leaves the outputs unchanged
+    (absolute position embeddings would change them), while a plain reordering of the keys changes them."""
+    torch.manual_seed(2)
+    module = zoo.create("rotary", d_model=16, num_heads=2, registry=registry).double()
+    x = torch.randn(1, 7, 16, dtype=torch.float64)
+    shifted = torch.cat((torch.randn(1, 5, 16, dtype=torch.float64), x), dim=1)
+    visible = torch.arange(12) >= 5
+    with torch.no_grad():
+        plain = module(x, x, x, is_causal=True)
+        moved = module(shifted, shifted, shifted, attn_mask=visible, is_causal=True)[:, 5:]
+        reversed_keys = module(x, x.flip(1), x.flip(1))
+    assert torch.allclose(moved, plain, atol=1e-12, rtol=0)
+    assert not torch.allclose(reversed_keys, module(x, x, x), atol=1e-6)
+
+
+def test_rotary_equals_llama_style_complex_rotation(registry):
+    module = zoo.create("rotary", d_model=32, num_heads=4, registry=registry).double()
+    complex_rope = registry.variant("rotary").baselines["complex-rope"](module)
+    q, k = torch.randn(2, 9, 32, dtype=torch.float64), torch.randn(2, 11, 32, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(module(q, k, k), complex_rope(q, k, k), atol=1e-12, rtol=0)
