@@ -13,7 +13,7 @@ from zoo.measure import peak_memory
 from conftest import BUILTINS
 
 SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3},
-                 "performer": {"features": 16, "chunk": 4}}
+                 "performer": {"features": 16, "chunk": 4}, "retention": {"chunk": 4}}
 
 
 @st.composite
@@ -183,3 +183,24 @@ def test_rotary_equals_llama_style_complex_rotation(registry):
     q, k = torch.randn(2, 9, 32, dtype=torch.float64), torch.randn(2, 11, 32, dtype=torch.float64)
     with torch.no_grad():
         assert torch.allclose(module(q, k, k), complex_rope(q, k, k), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_retention_parallel_chunked_and_recurrent_forms_agree(registry, causal):
+    """The fast path (chunked, chunk 5 over 23 tokens), the recurrent baseline and the parallel reference."""
+    module = zoo.create("retention", d_model=24, num_heads=3, chunk=5, registry=registry).double()
+    q, k, v = (torch.randn(2, 23, 24, dtype=torch.float64) for _ in range(3))
+    recurrent = registry.variant("retention").baselines["recurrent"](module)
+    parallel = registry.variant("retention").reference(module, q, k, v, is_causal=causal)
+    assert torch.allclose(module(q, k, v, is_causal=causal), parallel, atol=1e-10, rtol=0)
+    assert torch.allclose(recurrent(q, k, v, is_causal=causal), parallel, atol=1e-10, rtol=0)
+
+
+def test_retention_still_decays_in_half_precision(registry):
+    """gamma = 1 - 2^-12 is 1 in float16: the decays must be raised to their powers in float32."""
+    torch.manual_seed(3)
+    module = zoo.create("retention", d_model=64, num_heads=8, registry=registry)
+    q, k, v = (torch.randn(1, 300, 64, dtype=torch.float64) for _ in range(3))
+    expected = registry.variant("retention").reference(module, q, k, v, is_causal=True)
+    out = module.half()(q.half(), k.half(), v.half(), is_causal=True)
+    assert relative_error(out, expected) < 4 * torch.finfo(torch.float16).eps

@@ -1,0 +1,141 @@
+"""Retention (RetNet, Sun et al. 2023): attention without softmax, where key m's weight for query n decays
+as gamma^(n - m), with one decay per head (gamma_h = 1 - 2^(-5 - h), spread over the heads as RetNet
+does), each head's output normalised:
+
+    o_n = RMSNorm( sum_{m <= n} gamma^(n - m) (q_n . k_m / sqrt(d)) v_m )
+
+(the paper writes GroupNorm; its reference code, torchscale, uses RMSNorm without affine, which also avoids
+the mean subtraction that cancels digits when a head is narrow).
+
+It has three equal forms: parallel (the n x n decay matrix), recurrent (a d x d state, one token at a
+time) and chunked (the fast path here: the parallel form inside chunks, the recurrent one across them),
+so causal retention costs O(n d^2). Without ``is_causal`` the decay runs both ways, gamma^|n - m|
+(bidirectional retention as in RMT, Fan et al. 2024): one causal pass each way, minus the diagonal
+counted twice. Retention has no attention mask (a query-dependent mask would break the chunked form),
+and query and key positions are the same sequence.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+from zoo.functional import merge_heads, split_heads
+
+
+def decays(num_heads: int, device=None, dtype=torch.float32):
+    """RetNet's per-head decay, gamma_h = 1 - 2^(-5 - h) with h spread over [0, 7] (a (heads, 1, 1) tensor),
+    in float32 at least: in half precision 1 - 2^-12 rounds to 1, and its powers would never decay."""
+    dtype = torch.promote_types(dtype, torch.float32)
+    exponents = torch.linspace(5.0, 12.0, num_heads, dtype=torch.float64) if num_heads > 1 else torch.tensor([5.0], dtype=torch.float64)
+    return (1 - 2.0 ** -exponents).to(device=device, dtype=dtype).view(num_heads, 1, 1)
+
+
+def causal_chunked(q, k, v, gamma, chunk: int):
+    """sum_{m <= n} gamma^(n - m) q_n . k_m v_m on (batch, heads, seq, d): the parallel form within chunks and
+    a decayed d x d state across them (a loop over chunks that appends, never assigns into, a tensor)."""
+    batch, heads, n, width = q.shape
+    chunks = -(-n // chunk)
+    pad = chunks * chunk - n
+    if pad:  # zero keys and values add nothing
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+    q, k, v = (x.reshape(batch, heads, chunks, chunk, x.shape[-1]) for x in (q, k, v))
+    position = torch.arange(chunk, device=q.device, dtype=gamma.dtype)  # powers of gamma in gamma's precision
+    gamma = gamma.unsqueeze(2)  # (heads, 1, 1, 1)
+    offsets = position.view(-1, 1) - position.view(1, -1)
+    inside = torch.where(offsets >= 0, gamma ** offsets.clamp(min=0), 0.0).to(q.dtype)  # (heads, 1, chunk, chunk)
+    local = ((q @ k.transpose(-2, -1)) * inside) @ v
+    # each chunk's keys, decayed to the chunk's end; then the state entering each chunk
+    kv = (k * (gamma ** (chunk - 1 - position).view(-1, 1)).to(k.dtype)).transpose(-2, -1) @ v  # (b, h, chunks, d, d_v)
+    carry = (gamma.squeeze(-1) ** chunk).to(q.dtype)  # (heads, 1, 1)
+    state, entering = torch.zeros_like(kv[:, :, 0]), []
+    for index in range(chunks):
+        entering.append(state)
+        state = carry * state + kv[:, :, index]
+    entering = torch.stack(entering, dim=2)
+    earlier = (q * (gamma ** (position + 1).view(-1, 1)).to(q.dtype)) @ entering
+    return (local + earlier).reshape(batch, heads, chunks * chunk, -1)[:, :, :n]
+
+
+class Retention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, chunk: int = 64, eps: float = 1e-6):
+        super().__init__()
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
+        self.d_model, self.num_heads, self.chunk, self.eps = d_model, num_heads, chunk, eps
+
+    def heads(self, query, key, value):
+        h = self.num_heads
+        q, k, v = (split_heads(x, h) for x in (query, key, value))
+        return q / math.sqrt(q.shape[-1]), k, v, decays(h, q.device, q.dtype)
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v, gamma = self.heads(query, key, value)
+        out = causal_chunked(q, k, v, gamma, self.chunk)
+        if not is_causal:  # the same pass from the end, minus the diagonal both passes counted
+            backward = causal_chunked(q.flip(2), k.flip(2), v.flip(2), gamma, self.chunk).flip(2)
+            out = out + backward - (q * k).sum(dim=-1, keepdim=True) * v
+        return merge_heads(F.rms_norm(out, out.shape[-1:], eps=self.eps))
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    """The parallel form in float64: (q k^T / sqrt(d) * D) v with D[n, m] = gamma^|n - m| (zero above the
+    diagonal when causal), then the RMS norm."""
+    h = module.num_heads
+    q, k, v = (x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value))
+    n = q.shape[2]
+    gammas = [1 - 2.0 ** -e for e in ([5.0] if h == 1 else torch.linspace(5.0, 12.0, h, dtype=torch.float64).tolist())]
+    decay = torch.zeros(h, n, n, dtype=torch.float64)
+    for head, gamma in enumerate(gammas):
+        for i in range(n):
+            for j in range(n):
+                if j <= i or not is_causal:
+                    decay[head, i, j] = gamma ** abs(i - j)
+    out = ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]) * decay) @ v
+    normalised = out / torch.sqrt((out ** 2).mean(-1, keepdim=True) + module.eps)
+    return normalised.transpose(1, 2).flatten(2)
+
+
+def recurrent(module):
+    """A baseline: the recurrent form, one token at a time with a d x d state (twice, one per direction,
+    without is_causal), as RetNet decodes."""
+
+    def scan(q, k, v, gamma):
+        state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+        outputs = []
+        for t in range(q.shape[2]):
+            state = gamma.to(q.dtype) * state + k[:, :, t, :, None] * v[:, :, t, None, :]
+            outputs.append((q[:, :, t, None, :] @ state).squeeze(2))
+        return torch.stack(outputs, dim=2)
+
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        q, k, v, gamma = module.heads(query, key, value)
+        out = scan(q, k, v, gamma)
+        if not is_causal:
+            out = out + scan(q.flip(2), k.flip(2), v.flip(2), gamma).flip(2) - (q * k).sum(-1, keepdim=True) * v
+        return merge_heads(F.rms_norm(out, out.shape[-1:], eps=module.eps))
+
+    return run
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(
+        name="retention",
+        summary="RetNet retention: decayed linear attention per head, chunked (parallel inside, recurrent across).",
+        family="linear",
+        citation="Sun et al. 2023, Retentive Network: A Successor to Transformer for Large Language Models",
+        factory=Retention,
+        reference=reference,
+        tags=zoo.Tags(accepts_attn_mask=False, allows_different_lengths=False, key_order_invariant=False),
+        complexity=zoo.Complexity(time=1, memory=1),
+        options={"chunk": 64},
+        check_options={"chunk": 4},
+        baselines={"recurrent": recurrent},
+        targets=(
+            zoo.Target("x-torch-sdpa", 1 / 10, mode="causal", phase="fwd", n=16384,
+                       note="causal: at least 10x faster than causal torch SDPA at n=16384, as linear attention is"),
+        ),
+    ))
