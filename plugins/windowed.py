@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import merge_heads, split_heads
+from zoo.functional import gathered_mask, merge_heads, split_heads
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -47,23 +47,12 @@ class WindowedAttention(nn.Module):
         key_pos = torch.arange(blocks, device=device).view(blocks, 1) * block - left + c
         mask = band & ((key_pos >= 0) & (key_pos < n)).unsqueeze(1)  # (blocks, block, span)
         if attn_mask is not None:
-            mask = mask & self._local(attn_mask, key_pos, batch, heads, n)
+            query_pos = torch.arange(blocks * block, device=device).view(blocks, block, 1)
+            mask = mask & gathered_mask(attn_mask, query_pos, key_pos.unsqueeze(1), batch, heads, n, n)
         row_ok = mask.any(dim=-1, keepdim=True)
         out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=mask | ~row_ok)
         out = out.masked_fill(~row_ok, 0.0)
         return merge_heads(out.view(batch, heads, blocks * block, width)[:, :, :n])
-
-    def _local(self, attn_mask, key_pos, batch, heads, n):
-        """The user's mask at each block's (query, key) pairs: (batch * heads | 1, blocks, block, span)."""
-        blocks, block = key_pos.shape[0], self.block
-        full = attn_mask.expand(*attn_mask.shape[:-2], n, n)
-        while full.dim() < 4:
-            full = full.unsqueeze(0)
-        q_pos = (torch.arange(blocks * block, device=key_pos.device).view(blocks, block, 1)).clamp(max=n - 1)
-        local = full[..., q_pos, key_pos.clamp(0, n - 1).unsqueeze(1)]  # (b|1, h|1, blocks, block, span)
-        if local.shape[0] == 1 and local.shape[1] == 1:
-            return local[0]
-        return local.expand(batch, heads, *local.shape[2:]).reshape(batch * heads, *local.shape[2:])
 
 
 def band_mask(module, n, is_causal, device=None):

@@ -29,6 +29,23 @@ def combine_masks(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len: 
     return causal if attn_mask is None else attn_mask & causal
 
 
+def gathered_mask(attn_mask: Tensor, query_pos: Tensor, key_pos: Tensor, batch: int, heads: int,
+                  q_len: int, k_len: int) -> Tensor:
+    """The user's ``attn_mask`` read at gathered (query, key) positions, for variants that attend to
+    blocks of keys: ``query_pos`` and ``key_pos`` broadcast to the blocked shape (e.g. (blocks, block, 1)
+    and (blocks, 1, span)); positions past the sequence are clamped (mask those separately). Returns
+    (batch * heads, *blocked) or, for a mask shared by every batch element and head, (*blocked)."""
+    if attn_mask.dim() == 1:
+        attn_mask = attn_mask.view(1, -1)
+    full = attn_mask.expand(*attn_mask.shape[:-2], q_len, k_len)
+    while full.dim() < 4:
+        full = full.unsqueeze(0)
+    local = full[..., query_pos.clamp(0, q_len - 1), key_pos.clamp(0, k_len - 1)]
+    if local.shape[0] == 1 and local.shape[1] == 1:
+        return local[0, 0]
+    return local.expand(batch, heads, *local.shape[2:]).reshape(batch * heads, *local.shape[2:])
+
+
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(batch, seq, heads * d) -> (batch, heads, seq, d)."""
     batch, seq, width = x.shape

@@ -13,7 +13,8 @@ from zoo.measure import peak_memory
 from conftest import BUILTINS
 
 SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3},
-                 "performer": {"features": 16, "chunk": 4}, "retention": {"chunk": 4}}
+                 "performer": {"features": 16, "chunk": 4}, "retention": {"chunk": 4},
+                 "block-sparse": {"block": 2, "random_blocks": 1}}
 
 
 @st.composite
@@ -118,7 +119,8 @@ def test_windowed_equals_dense_sdpa_with_band_mask(registry, causal):
     assert torch.allclose(module(x, x, x, is_causal=causal), expected, atol=1e-12, rtol=0)
 
 
-@pytest.mark.parametrize("name, causal", [("windowed", False), ("windowed", True), ("linear", True), ("linear", False)])
+@pytest.mark.parametrize("name, causal", [("windowed", False), ("windowed", True), ("linear", True), ("linear", False),
+                                         ("retention", True), ("retention", False)])
 def test_subquadratic_variants_never_hold_an_n_by_n_tensor(registry, name, causal):
     module = zoo.create(name, d_model=64, num_heads=1, registry=registry)
     peaks = {}
@@ -204,3 +206,33 @@ def test_retention_still_decays_in_half_precision(registry):
     expected = registry.variant("retention").reference(module, q, k, v, is_causal=True)
     out = module.half()(q.half(), k.half(), v.half(), is_causal=True)
     assert relative_error(out, expected) < 4 * torch.finfo(torch.float16).eps
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_sparse_reads_the_bigbird_pattern(registry, causal):
+    """Each non-global query block away from the edges reads its window, the global blocks and its random
+    draws: 3 + 1 + 2 blocks with the defaults (2 + 1 + 2 when causal), and the dense pattern has exactly those."""
+    from zoo_builtins.block_sparse import layout_mask
+
+    module = zoo.create("block-sparse", d_model=16, num_heads=1, registry=registry)
+    blocks = 4096 // module.block
+    rows = module.key_blocks(blocks, causal)
+    assert rows[0] == ([0] if causal else list(range(blocks)))  # the global block's queries see every key
+    assert all(len(row) == (5 if causal else 6) for row in rows[8:-1])
+    pattern = layout_mask(module, 4096, causal)[::module.block, ::module.block]  # one token per block pair
+    for i in (9, 40, blocks - 1):
+        assert pattern[i].nonzero().flatten().tolist() == rows[i]
+    assert pattern[module.global_blocks:].float().mean() < 0.1
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_sparse_memory_grows_linearly_and_stays_below_the_dense_pattern(registry, causal):
+    module = zoo.create("block-sparse", d_model=64, num_heads=1, registry=registry)
+    dense = registry.variant("block-sparse").baselines["dense-sdpa-layout"](module)
+    peaks = {}
+    for n in (2048, 8192):
+        x = torch.randn(1, n, 64, requires_grad=True)
+        peaks[n] = peak_memory(lambda: module(x, x, x, is_causal=causal).sum().backward())
+    assert peaks[8192] / peaks[2048] < 6  # 4x the length: linear growth gives 4x, quadratic 16x
+    x = torch.randn(1, 8192, 64, requires_grad=True)
+    assert peaks[8192] < peak_memory(lambda: dense(x, x, x, is_causal=causal).sum().backward()) / 4
