@@ -25,3 +25,14 @@ def test_peak_memory_is_deterministic_and_grows_like_the_score_matrix():
 
     assert naive(256) == naive(256)
     assert 3.5 < naive(1024) / naive(512) <= 4.1
+
+
+def test_a_view_of_a_tensor_given_to_the_call_costs_nothing():
+    """Slicing a parameter or an input allocates nothing; a copy of the slice does."""
+    import torch
+
+    from zoo.measure import peak_memory
+
+    big = torch.zeros(1024, 1024)
+    assert peak_memory(lambda: big[:, :16].unbind(0)) == 0
+    assert peak_memory(lambda: big[:, :16].contiguous()) == 1024 * 16 * 4

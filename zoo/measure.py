@@ -80,8 +80,13 @@ class PeakMemory(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        # a view (or in-place result) shares its input's storage: it allocates nothing, and counting it would
+        # charge a call for a slice of a parameter or an input it was given
+        given = {leaf.untyped_storage().data_ptr() for leaf in tree_leaves((args, kwargs))
+                 if isinstance(leaf, torch.Tensor) and leaf.device.type != "meta"}
         for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor) and leaf.device.type != "meta":
+            if isinstance(leaf, torch.Tensor) and leaf.device.type != "meta" \
+                    and leaf.untyped_storage().data_ptr() not in given:
                 self._track(leaf)
         return out
 
