@@ -16,8 +16,8 @@ from zoo.registry import ENV_BLOCK, ENV_NO_AUTOLOAD, ENV_ONLY, ENV_PLUGINS_DIR
 
 torch.set_num_threads(1)
 
-BUILTINS = ("additive", "block-sparse", "cross", "differential", "dot-product", "grouped-query", "linear", "multi-head", "multi-query",
-            "performer", "retention", "rotary", "windowed")
+BUILTINS = ("additive", "block-sparse", "cross", "differential", "dot-product", "grouped-query", "linear", "linformer", "multi-head",
+            "multi-query", "performer", "retention", "rotary", "windowed")
 """The built-in variants, in the order `zoo list` gives them: one file each in plugins/."""
 
 

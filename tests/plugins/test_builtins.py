@@ -14,7 +14,8 @@ from conftest import BUILTINS
 
 SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3},
                  "performer": {"features": 16, "chunk": 4}, "retention": {"chunk": 4},
-                 "block-sparse": {"block": 2, "random_blocks": 1}}
+                 "block-sparse": {"block": 2, "random_blocks": 1},
+                 "linformer": {"proj_len": 4, "max_len": 32}}
 
 
 @st.composite
@@ -236,3 +237,26 @@ def test_block_sparse_memory_grows_linearly_and_stays_below_the_dense_pattern(re
     assert peaks[8192] / peaks[2048] < 6  # 4x the length: linear growth gives 4x, quadratic 16x
     x = torch.randn(1, 8192, 64, requires_grad=True)
     assert peaks[8192] < peak_memory(lambda: dense(x, x, x, is_causal=causal).sum().backward()) / 4
+
+
+def test_linformer_names_its_max_len_when_the_keys_exceed_it(registry):
+    module = zoo.create("linformer", d_model=8, num_heads=2, proj_len=4, max_len=16, registry=registry)
+    x = torch.randn(1, 17, 8)
+    with pytest.raises(ValueError, match="linformer: 17 keys, more than its max_len=16"):
+        module(x, x, x)
+
+
+def test_linformer_attends_to_proj_len_mixtures_whatever_the_length(registry):
+    """With E and F one-hot on the first proj_len positions, Linformer is softmax attention over those keys."""
+    module = zoo.create("linformer", d_model=8, num_heads=2, proj_len=3, max_len=16, registry=registry).double()
+    with torch.no_grad():
+        module.length_proj.zero_()
+        module.length_proj[:, torch.arange(3), torch.arange(3)] = 1.0
+    exact = zoo.create("multi-head", d_model=8, num_heads=2, registry=registry).double()
+    with torch.no_grad():
+        exact.in_proj_weight.copy_(torch.cat([module.q_proj.weight, module.k_proj.weight, module.v_proj.weight]))
+        exact.in_proj_bias.copy_(torch.cat([module.q_proj.bias, module.k_proj.bias, module.v_proj.bias]))
+        exact.out_proj.load_state_dict(module.out_proj.state_dict())
+    q, k = torch.randn(2, 7, 8, dtype=torch.float64), torch.randn(2, 11, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(module(q, k, k), exact(q, k[:, :3], k[:, :3]), atol=1e-12, rtol=0)

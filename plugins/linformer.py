@@ -1,0 +1,81 @@
+"""Linformer (Wang et al. 2020): keys and values are projected along the sequence, from k_len positions to
+``proj_len`` learned mixtures, so each query attends to ``proj_len`` keys and the cost is O(n * proj_len).
+
+A layer (query/key/value/output projections like multi-head attention) with two learned length projections
+E and F of shape (proj_len, max_len), shared by the heads (the paper's "headwise sharing"); a shorter
+sequence uses their first k_len columns. It approximates softmax attention only once E and F are trained,
+and, being a layer, is not measured against softmax on the same inputs (the board says why). No causal
+mode and no attention mask: mixing positions before attending cannot keep either.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+import zoo
+from zoo.functional import merge_heads, split_heads
+from zoo.reference import softmax_attention
+
+
+class LinformerAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, proj_len: int = 256, max_len: int = 16384, bias: bool = True):
+        super().__init__()
+        for label, value in (("proj_len", proj_len), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        self.d_model, self.num_heads, self.proj_len, self.max_len = d_model, num_heads, proj_len, max_len
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+        bound = 1 / math.sqrt(proj_len)
+        self.length_proj = nn.Parameter(torch.empty(2, proj_len, max_len).uniform_(-bound, bound))  # E, F
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        k_len = key.shape[1]
+        if k_len > self.max_len:
+            raise ValueError(f"linformer: {k_len} keys, more than its max_len={self.max_len} (a build option)")
+        h = self.num_heads
+        e, f = self.length_proj[:, :, :k_len]
+        q = split_heads(self.q_proj(query), h)
+        k, v = (split_heads(mix @ layer(x), h) for mix, layer, x in ((e, self.k_proj, key), (f, self.v_proj, value)))
+        return self.out_proj(merge_heads(torch.nn.functional.scaled_dot_product_attention(q, k, v)))
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=False):
+    """Keys and values projected, mixed along the sequence by E and F, then softmax attention, in float64."""
+    def project(x, layer):
+        return x.double() @ layer.weight.detach().double().T + (0.0 if layer.bias is None else layer.bias.detach().double())
+
+    h, k_len = module.num_heads, key.shape[1]
+    e, f = module.length_proj.detach().double()[:, :, :k_len]
+    q = project(query, module.q_proj).unflatten(-1, (h, -1)).transpose(1, 2)
+    k = torch.einsum("pm,bmd->bpd", e, project(key, module.k_proj)).unflatten(-1, (h, -1)).transpose(1, 2)
+    v = torch.einsum("pm,bmd->bpd", f, project(value, module.v_proj)).unflatten(-1, (h, -1)).transpose(1, 2)
+    return project(softmax_attention(q, k, v).transpose(1, 2).flatten(2), module.out_proj)
+
+
+def flops(batch, q_len, k_len, d_model, num_heads, proj_len=256, **options):
+    projections = 2.0 * batch * d_model * d_model * (2 * q_len + 2 * k_len)  # q, out; k, v
+    mixing = 2 * 2.0 * batch * proj_len * k_len * d_model  # E K and F V
+    return projections + mixing + 4.0 * batch * q_len * proj_len * d_model
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(
+        name="linformer",
+        summary="Linformer: keys and values mixed along the sequence to proj_len learned rows; O(n * proj_len).",
+        family="low-rank",
+        citation="Wang et al. 2020, Linformer: Self-Attention with Linear Complexity",
+        factory=LinformerAttention,
+        reference=reference,
+        approximates="softmax",
+        tags=zoo.Tags(has_parameters=True, accepts_attn_mask=False, supports_causal=False, key_order_invariant=False),
+        complexity=zoo.Complexity(time=1, memory=1),
+        options={"proj_len": 256, "max_len": 16384},
+        check_options={"proj_len": 4, "max_len": 64},
+        flops=flops,
+        targets=(
+            zoo.Target("x-torch-mha-layer", 1.0, phase="fwd+bwd", n=1024,
+                       note="faster than nn.MultiheadAttention at n=1024 (proj_len 256)"),
+        ),
+    ))
