@@ -32,6 +32,8 @@ def _variant(**changes):
     ({"baselines": {"other": 3}}, "baseline 'other' must be callable"),
     ({"floors": {"bare-op": None}}, "floor 'bare-op' must be callable"),
     ({"baselines": {"same": lambda m: m}, "floors": {"same": lambda m: m}}, "['same'] named both a baseline and a floor"),
+    ({"peers": {"flex": None}}, "peer 'flex' must be callable"),
+    ({"baselines": {"same": lambda m: m}, "peers": {"same": lambda m: m}}, "['same'] named both a baseline and a peer"),
     ({"approximates": "Soft Max"}, "approximates must be None, 'softmax' or a variant name"),
     ({"approximates": True}, "approximates must be None"),
     ({"approximates": "good"}, "approximates names the variant itself"),

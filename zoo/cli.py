@@ -64,6 +64,8 @@ def cmd_show(args) -> int:
         print(f"  baselines:  {', '.join(v.baselines)}")
     if v.floors:
         print(f"  floors:     {', '.join(v.floors)} (timed as lower bounds, forward only)")
+    if v.peers:
+        print(f"  peers:      {', '.join(v.peers)} (other libraries' implementations, timed beside it, forward only)")
     for target in v.targets:
         print(f"  target:     {target.note or target.check} ({target.check} <= {target.at_most:.3g})")
     print(f"  origin:     {v.origin.label()}")

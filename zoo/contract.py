@@ -9,6 +9,7 @@ from the capability :class:`Tags`, never from the name.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import warnings
 from dataclasses import dataclass, field, fields
@@ -139,6 +140,12 @@ class Variant:
     ``floors`` maps a label to the op the variant cannot avoid (see :data:`Baseline`; e.g. the bare tanh over
     every (query, key, feature) triple of additive attention): timed beside the variant in the forward pass
     as a lower bound, never checked for equality; a :class:`Target` on ``x-<label>`` says how close it gets.
+    ``peers`` maps a label to another library's implementation of the same function that a user would
+    otherwise pick (see :data:`Baseline`; e.g. compiled FlexAttention for a sliding window): timed beside the
+    variant in the forward pass wherever it is timed, after one untimed first call (compilation happens
+    there; its time is reported on its own) whose output must agree with the variant's, or the peer is not
+    timed. Not run by the correctness suite, so a peer may need a compiler; where its first call fails,
+    the board says why.
     ``check_options`` are used on the correctness suite's small shapes so the variant's structure is
     exercised there (e.g. a window or chunk smaller than the sequence).
     ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
@@ -164,6 +171,7 @@ class Variant:
     check_options: Mapping[str, Any] = field(default_factory=dict)
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
     floors: Mapping[str, Baseline] = field(default_factory=dict)
+    peers: Mapping[str, Baseline] = field(default_factory=dict)
     flops: Callable[..., float] | None = None
     targets: tuple[Target, ...] = ()
     origin: Origin | None = None
@@ -206,13 +214,15 @@ class Variant:
         unknown = sorted(set(self.check_options) - set(self.options))
         if unknown:
             raise RegistrationError(f"variant {self.name!r}: check_options {unknown} are not among its options")
-        for kind, labelled in (("baseline", self.baselines), ("floor", self.floors)):
+        kinds = (("baseline", self.baselines), ("floor", self.floors), ("peer", self.peers))
+        for kind, labelled in kinds:
             for label, make in labelled.items():
                 if not callable(make):
                     raise RegistrationError(f"variant {self.name!r}: {kind} {label!r} must be callable")
-        clash = sorted(set(self.baselines) & set(self.floors))
-        if clash:
-            raise RegistrationError(f"variant {self.name!r}: {clash} named both a baseline and a floor")
+        for (kind, labelled), (other, others) in itertools.combinations(kinds, 2):
+            clash = sorted(set(labelled) & set(others))
+            if clash:
+                raise RegistrationError(f"variant {self.name!r}: {clash} named both a {kind} and a {other}")
 
     @property
     def kind(self) -> str:
@@ -226,7 +236,7 @@ class Variant:
             "summary": self.summary, "family": self.family, "citation": self.citation, "kind": self.kind,
             "tags": self.tags.describe(), "approximates": self.approximates, "claimed_time": self.complexity.time,
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
-            "baselines": list(self.baselines), "floors": list(self.floors),
+            "baselines": list(self.baselines), "floors": list(self.floors), "peers": list(self.peers),
             "targets": [dataclasses.asdict(t) for t in self.targets],
         }
 

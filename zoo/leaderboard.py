@@ -577,13 +577,18 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
     for variant in variants:
         mine = results[(results.variant == variant) & results.check.str.startswith("x-")]
         versus = f"x-{COMPARATORS[kind_of(cards[variant].get('card', {}))]}"
-        for check in sorted(c for c in mine.check.unique() if c != versus):
+        peers = set(cards[variant].get("card", {}).get("peers", []))
+        for check in sorted(({c for c in mine.check.unique()} | {f"x-{p}" for p in peers}) - {versus}):
+            who = check[2:]
             for mode in ("full", "causal"):
                 for phase in ("fwd", "fwd+bwd"):
                     values = {n: _value(results, variant, check, mode, phase, n) for n in lengths}
-                    if any(v is not None for v in values.values()):
-                        extra.append({"variant": variant, "versus": check[2:], "mode": mode, "pass": phase,
-                                      **{f"n={n}": _fmt_x(v) or _baseline_gap(results, variant, check[2:], mode, n, notes)
+                    timed_here = _value(results, variant, "time", mode, phase, None) is not None
+                    if any(v is not None for v in values.values()) or (who in peers and phase == "fwd" and timed_here):
+                        extra.append({"variant": variant, "versus": who + (" (peer)" if who in peers else ""),
+                                      "mode": mode, "pass": phase,
+                                      **{f"n={n}": (_fmt_x(v) + _first_call(results, variant, who, mode, n) if v is not None
+                                                    else _baseline_gap(results, variant, who, mode, n, notes))
                                          for n, v in values.items()}})
     rates = []
     for variant in variants:
@@ -608,8 +613,17 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.", "",
             _table(pd.DataFrame(rows)), "", *notes.lines(), "### Against each variant's own baselines, floors and torch SDPA", "",
             "Time of the variant / time of the named callable, same shapes, same process (a *floor* is the op "
-            "the variant cannot avoid, timed in the forward pass only).", "",
+            "the variant cannot avoid, timed in the forward pass only; a *peer* is another library's "
+            "implementation of the same function, timed in the forward pass after a first call that is not "
+            "timed, whose output agreed with the variant's; its first call, where compilation happens, is "
+            "given beside its ratio).", "",
             _table(pd.DataFrame(extra)), "", "### Achieved rate", "", _table(pd.DataFrame(rates)), ""]
+
+
+def _first_call(results, variant, who, mode, n) -> str:
+    """A peer's first call at n (compilation happens there), shown beside its ratio."""
+    seconds = _value(results, variant, f"{who}-first-call", mode, "fwd", n)
+    return "" if seconds is None else f"; first call {seconds:.2g} s"
 
 
 def _baseline_gap(results, variant, who, mode, n, notes) -> str:

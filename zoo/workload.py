@@ -56,12 +56,13 @@ def _workload(call: Callable[[], torch.Tensor], grad_out: torch.Tensor, leaves: 
 
 def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, heads: int, n: int, causal: bool,
                              seed: int, device: str = "cpu", dtype: str = "float32",
-                             baselines: bool = True, floors: bool = False,
+                             baselines: bool = True, floors: bool = False, peers: bool = False,
                              only: set[str] | None = None) -> dict[str, Workload]:
     """Self-attention on one (batch, n, d_model) input of ``dtype``: the variant (under its own name),
     ``torch-sdpa`` on the same (batch, heads, n, d_model / heads) shapes, for a layer also
     ``nn.MultiheadAttention`` on the same (batch, n, d_model) input, each baseline and, with ``floors``, each
-    floor (forward only) (``only``: just these callables).
+    floor (forward only), and with ``peers`` each peer (forward only, wherever the variant is) (``only``:
+    just these callables).
 
     The timed callables run the bare module (no input checks), as the torch ops they are compared with
     run bare; the variant's ``checked_forward`` goes through the checks, for one untimed call.
@@ -92,12 +93,26 @@ def self_attention_workloads(variant: Variant, *, batch: int, d_model: int, head
             if wanted(label):
                 fn = make(module)
                 loads[label] = _workload(lambda fn=fn: fn(x, x, x, is_causal=causal), grad_out, [x, *params])
-    if floors:
-        for label, make in variant.floors.items():
-            if wanted(label):
-                fn = make(module)
-                loads[label] = Workload(torch.no_grad()(lambda fn=fn: fn(x, x, x, is_causal=causal)), None)
+    forward_only = {**(variant.floors if floors else {}), **(variant.peers if peers and wanted(variant.name) else {})}
+    for label, make in forward_only.items():
+        if wanted(label) or label in variant.peers:
+            fn = make(module) if label not in variant.peers else _deferred_failure(make, module)
+            loads[label] = Workload(torch.no_grad()(lambda fn=fn: fn(x, x, x, is_causal=causal)), None)
     return loads
+
+
+def _deferred_failure(make, module):
+    """A peer's callable; if building it fails (e.g. its library is missing), a callable that raises that
+    error at its first call, where the speed suite reports why the peer was not timed."""
+    try:
+        return make(module)
+    except Exception as error:
+        failure = error  # the except clause unbinds ``error`` when it ends
+
+        def failed(*args, **kwargs):
+            raise failure
+
+        return failed
 
 
 def non_finite_output(loads: dict[str, Workload], variant: str, mode: str, n: int, dtype: str) -> Result | None:

@@ -62,3 +62,47 @@ def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
     assert retries == 0 and len(samples["slow"]) == 4
     assert len(calls) == 2 + 4
     assert all(s >= PROFILE.round_seconds * 2 for s in samples["slow"])
+
+
+def test_peers_are_timed_only_after_a_first_call_that_works_and_agrees(registry):
+    """A peer is timed beside the variant after an untimed first call (reported on its own); one whose library
+    is missing or whose output differs is not timed, the reason is on its row, and the run goes on."""
+    import dataclasses
+
+    import torch
+
+    from zoo.functional import merge_heads, split_heads
+
+    def same(module):
+        def run(q, k, v, attn_mask=None, is_causal=False):
+            h = module.num_heads
+            return merge_heads(torch.nn.functional.scaled_dot_product_attention(
+                split_heads(q, h), split_heads(k, h), split_heads(v, h), is_causal=is_causal))
+        return run
+
+    def missing(module):
+        raise ImportError("no module named 'fastattn'")
+
+    def wrong(module):
+        return lambda q, k, v, attn_mask=None, is_causal=False: torch.zeros_like(q)
+
+    variant = dataclasses.replace(registry.variant("dot-product"), peers={"same": same, "missing": missing, "wrong": wrong})
+    rows = list(run_speed(variant, PROFILE.with_overrides(speed_lengths=(64,), speed_modes=("full",))))
+    by_check = {(r.check, r.phase): r for r in rows}
+    assert by_check[("x-same", "fwd")].value > 0 and ("x-same", "fwd+bwd") not in by_check  # forward only
+    assert by_check[("same-first-call", "fwd")].value > 0
+    assert by_check[("same-agreement", "fwd")].value < 1e-4
+    assert "ImportError: no module named 'fastattn'" in by_check[("missing-plan", "")].detail
+    assert "differs from the variant's by 1" in by_check[("wrong-plan", "")].detail
+    assert not any(r.check in ("x-missing", "x-wrong", "missing-time", "wrong-time") for r in rows)
+    assert by_check[("x-torch-sdpa", "fwd+bwd")].value > 0  # the rest of the cell was measured
+
+
+def test_windowed_is_timed_beside_compiled_flex_attention_or_says_why_not(registry):
+    rows = list(run_speed(registry.variant("windowed"), PROFILE.with_overrides(speed_lengths=(128,))))
+    by_check = {r.check: r for r in rows if r.phase in ("fwd", "")}
+    if "flex-attention-plan" in by_check:  # torch.compile does not work on this machine: the reason is given
+        assert by_check["flex-attention-plan"].detail.startswith("not timed: its first call failed here")
+    else:
+        assert by_check["flex-attention-agreement"].value < 1e-4
+        assert by_check["x-flex-attention"].value > 0 and by_check["flex-attention-first-call"].value > 0

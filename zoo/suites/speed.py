@@ -17,6 +17,7 @@ from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 
 import zoo
 from zoo import approximation
+from zoo.cases import relative_error
 from zoo.checks import MEASURED, SKIPPED, Check, Result
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows
@@ -92,12 +93,50 @@ def measure_cell(fns: dict[str, callable], profile) -> tuple[dict[str, list[floa
     return samples, retries
 
 
-def _loads_at(variant, profile, mode, n, only=None):
+def _loads_at(variant, profile, mode, n, only=None, peers=False):
     return self_attention_workloads(
         variant, batch=profile.speed_batch, d_model=profile.speed_d_model, heads=profile.speed_heads,
         n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype, floors=True,
-        only=only,
+        peers=peers, only=only,
     )
+
+
+def peer_tolerance(dtype: str) -> float:
+    """How far a peer's output may be from the variant's (relative): summation order differs between them."""
+    return max(1e-4, 4 * torch.finfo(getattr(torch, dtype)).eps)
+
+
+def admit_peers(variant, loads, mode, n, dtype):
+    """Each peer's first call, outside the timed rounds (compilation happens there) and reported on its own.
+    A peer whose first call fails, or whose output is not the variant's, is taken out of ``loads`` and not
+    timed, with the reason (a ``<peer>-plan`` row, as the plan's own reasons are)."""
+    peers = [who for who in variant.peers if who in loads]
+    if not peers:
+        return
+    ours = loads[variant.name].forward()
+    tolerance = peer_tolerance(dtype)
+    for who in peers:
+        setting, tag = f"{mode} fwd n={n}", dict(n=n, mode=mode, phase="fwd")
+        output = []
+        try:
+            seconds = timed(lambda: output.append(loads[who].forward()))
+        except Exception as error:  # e.g. no C++ compiler for torch.compile: the board says so, the run goes on
+            del loads[who]
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            yield Result(f"{who}-plan", SKIPPED, f"{mode} n={n}", n=n, mode=mode,
+                         detail=f"not timed: its first call failed here ({type(error).__name__}: {reason[:300]})")
+            continue
+        error = relative_error(output[0], ours)
+        if not error <= tolerance:
+            del loads[who]
+            yield Result(f"{who}-plan", SKIPPED, f"{mode} n={n}", n=n, mode=mode,
+                         detail=f"not timed: its output differs from the variant's by {error:.3g} (relative), "
+                                f"over {tolerance:g}")
+            continue
+        yield Result(f"{who}-first-call", MEASURED, setting, seconds, "s",
+                     "its first call at this length, outside the timed rounds (compilation happens here)", **tag)
+        yield Result(f"{who}-agreement", MEASURED, setting, error, "relative error",
+                     "its output vs the variant's on the timed inputs", **tag)
 
 
 def speed_plan(variant, profile, mode):
@@ -122,7 +161,7 @@ def run_speed(variant, profile):
             if stopped_by:
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                 continue
-            loads = loads_at(n, only=plan.at(n))
+            loads = loads_at(n, only=plan.at(n), peers=True)
             error = non_finite_output(loads, variant.name, mode, n, profile.dtype)
             if error:
                 yield error
@@ -133,6 +172,7 @@ def run_speed(variant, profile):
                               f"profile's {limit:g} s limit; not timed from this length on")
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                 continue
+            yield from admit_peers(variant, loads, mode, n, profile.dtype)
             for phase in PHASES:
                 fns = {who: (load.forward if phase == "fwd" else load.train_step) for who, load in loads.items()
                        if phase == "fwd" or load.train_step is not None}
