@@ -9,7 +9,8 @@ the mean subtraction that cancels digits when a head is narrow).
 
 It has three equal forms: parallel (the n x n decay matrix), recurrent (a d x d state, one token at a
 time) and chunked (the fast path here: the parallel form inside chunks, the recurrent one across them),
-so causal retention costs O(n d^2). Without ``is_causal`` the decay runs both ways, gamma^|n - m|
+so causal retention costs O(n d^2). The recurrent form is the float64 reference and the parallel form a
+baseline, so the correctness suite checks that all three agree. Without ``is_causal`` the decay runs both ways, gamma^|n - m|
 (bidirectional retention as in RMT, Fan et al. 2024): one causal pass each way, minus the diagonal
 counted twice. Retention has no attention mask (a query-dependent mask would break the chunked form),
 and query and key positions are the same sequence.
@@ -81,40 +82,41 @@ class Retention(nn.Module):
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
-    """The parallel form in float64: (q k^T / sqrt(d) * D) v with D[n, m] = gamma^|n - m| (zero above the
-    diagonal when causal), then the RMS norm."""
+    """The recurrent form in float64, as RetNet decodes: one token at a time, S_t = gamma S_(t-1) + k_t^T v_t
+    and o_t = q_t S_t (and the same from the end, minus the diagonal counted twice, without is_causal)."""
     h = module.num_heads
     q, k, v = (x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value))
-    n = q.shape[2]
-    gammas = [1 - 2.0 ** -e for e in ([5.0] if h == 1 else torch.linspace(5.0, 12.0, h, dtype=torch.float64).tolist())]
-    decay = torch.zeros(h, n, n, dtype=torch.float64)
-    for head, gamma in enumerate(gammas):
-        for i in range(n):
-            for j in range(n):
-                if j <= i or not is_causal:
-                    decay[head, i, j] = gamma ** abs(i - j)
-    out = ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]) * decay) @ v
-    normalised = out / torch.sqrt((out ** 2).mean(-1, keepdim=True) + module.eps)
-    return normalised.transpose(1, 2).flatten(2)
+    q = q / math.sqrt(q.shape[-1])
+    exponents = [5.0] if h == 1 else torch.linspace(5.0, 12.0, h, dtype=torch.float64).tolist()
+    gamma = torch.tensor([1 - 2.0 ** -e for e in exponents], dtype=torch.float64).view(h, 1, 1)
 
-
-def recurrent(module):
-    """A baseline: the recurrent form, one token at a time with a d x d state (twice, one per direction,
-    without is_causal), as RetNet decodes."""
-
-    def scan(q, k, v, gamma):
-        state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+    def scan(q, k, v):
+        state = torch.zeros(q.shape[0], h, q.shape[-1], v.shape[-1], dtype=torch.float64)
         outputs = []
         for t in range(q.shape[2]):
-            state = gamma.to(q.dtype) * state + k[:, :, t, :, None] * v[:, :, t, None, :]
-            outputs.append((q[:, :, t, None, :] @ state).squeeze(2))
+            state = gamma * state + torch.einsum("bhi,bhj->bhij", k[:, :, t], v[:, :, t])
+            outputs.append(torch.einsum("bhi,bhij->bhj", q[:, :, t], state))
         return torch.stack(outputs, dim=2)
+
+    out = scan(q, k, v)
+    if not is_causal:
+        out = out + scan(q.flip(2), k.flip(2), v.flip(2)).flip(2) - (q * k).sum(-1, keepdim=True) * v
+    out = out / torch.sqrt((out ** 2).mean(-1, keepdim=True) + module.eps)
+    return out.transpose(1, 2).flatten(2)
+
+
+def parallel(module):
+    """A baseline: the parallel form RetNet trains with, (q k^T * D) v with the n x n decay matrix
+    D[n, m] = gamma^|n - m| (zero above the diagonal when causal)."""
 
     def run(query, key, value, attn_mask=None, is_causal=False):
         q, k, v, gamma = module.heads(query, key, value)
-        out = scan(q, k, v, gamma)
-        if not is_causal:
-            out = out + scan(q.flip(2), k.flip(2), v.flip(2), gamma).flip(2) - (q * k).sum(-1, keepdim=True) * v
+        position = torch.arange(q.shape[2], device=q.device, dtype=gamma.dtype)
+        offsets = position.view(-1, 1) - position.view(1, -1)
+        decay = gamma ** offsets.abs()
+        if is_causal:
+            decay = decay.masked_fill(offsets < 0, 0.0)
+        out = ((q @ k.transpose(-2, -1)) * decay.to(q.dtype)) @ v
         return merge_heads(F.rms_norm(out, out.shape[-1:], eps=module.eps))
 
     return run
@@ -133,7 +135,7 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=1, memory=1),
         options={"chunk": 64},
         check_options={"chunk": 4},
-        baselines={"recurrent": recurrent},
+        baselines={"parallel": parallel},
         targets=(
             zoo.Target("x-torch-sdpa", 1 / 10, mode="causal", phase="fwd", n=16384,
                        note="causal: at least 10x faster than causal torch SDPA at n=16384, as linear attention is"),

@@ -190,13 +190,25 @@ def test_rotary_equals_llama_style_complex_rotation(registry):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_retention_parallel_chunked_and_recurrent_forms_agree(registry, causal):
-    """The fast path (chunked, chunk 5 over 23 tokens), the recurrent baseline and the parallel reference."""
+    """The fast path (chunked, chunk 5 over 23 tokens), the parallel baseline and the recurrent reference."""
     module = zoo.create("retention", d_model=24, num_heads=3, chunk=5, registry=registry).double()
     q, k, v = (torch.randn(2, 23, 24, dtype=torch.float64) for _ in range(3))
-    recurrent = registry.variant("retention").baselines["recurrent"](module)
-    parallel = registry.variant("retention").reference(module, q, k, v, is_causal=causal)
-    assert torch.allclose(module(q, k, v, is_causal=causal), parallel, atol=1e-10, rtol=0)
-    assert torch.allclose(recurrent(q, k, v, is_causal=causal), parallel, atol=1e-10, rtol=0)
+    parallel = registry.variant("retention").baselines["parallel"](module)
+    recurrent = registry.variant("retention").reference(module, q, k, v, is_causal=causal)
+    assert torch.allclose(module(q, k, v, is_causal=causal), recurrent, atol=1e-10, rtol=0)
+    assert torch.allclose(parallel(q, k, v, is_causal=causal), recurrent, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_retention_is_softmax_free_decayed_attention(registry, causal):
+    """One head, d = 1, no decay-free shortcut: o_n is the RMS-normalised sum_m gamma^|n-m| q_n k_m v_m."""
+    module = zoo.create("retention", d_model=1, num_heads=1, chunk=2, registry=registry).double()
+    q, k, v = (torch.tensor([[[a], [b], [c]]], dtype=torch.float64) for a, b, c in ((1, 2, 3), (1, -1, 2), (3, 1, -2)))
+    gamma = 1 - 2 ** -5
+    raw = [sum(gamma ** abs(i - j) * q[0, i, 0] * k[0, j, 0] * v[0, j, 0] for j in range(3) if j <= i or not causal)
+           for i in range(3)]
+    expected = torch.tensor([[[r / (r * r + module.eps) ** 0.5] for r in raw]], dtype=torch.float64)
+    assert torch.allclose(module(q, k, v, is_causal=causal), expected, atol=1e-12, rtol=0)
 
 
 def test_retention_still_decays_in_half_precision(registry):

@@ -46,7 +46,8 @@ def test_a_floor_is_timed_beside_the_variant_in_the_forward_pass_only(registry):
 
 
 def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
-    """Rounds of one slow call each cost one call: a cold and a warm call calibrate, then one per round."""
+    """Rounds of one slow call each cost one call: a cold and a warm call calibrate, then one per round
+    (a cold call ten rounds long calibrates alone)."""
     import time
 
     from zoo.suites.speed import measure_cell
@@ -58,8 +59,8 @@ def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
         time.sleep(PROFILE.round_seconds * 2)  # longer than a round, so one call per round
 
     profile = PROFILE.with_overrides(repeats=4, noise_retries=0)
-    samples, retries = measure_cell({"slow": slow}, profile)
-    assert retries == 0 and len(samples["slow"]) == 4
+    samples, retries, counted = measure_cell({"slow": slow}, profile)
+    assert retries == 0 and len(samples["slow"]) == 4 and counted is None
     assert len(calls) == 2 + 4
     assert all(s >= PROFILE.round_seconds * 2 for s in samples["slow"])
 
@@ -106,3 +107,28 @@ def test_windowed_is_timed_beside_compiled_flex_attention_or_says_why_not(regist
     else:
         assert by_check["flex-attention-agreement"].value < 1e-4
         assert by_check["x-flex-attention"].value > 0 and by_check["flex-attention-first-call"].value > 0
+
+
+def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts_flops():
+    import time
+
+    import torch
+
+    from zoo.suites.speed import measure_cell
+
+    calls = {"slow": 0, "counted": 0}
+    a = torch.randn(64, 64)
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(PROFILE.round_seconds * 10)
+
+    def counted():
+        calls["counted"] += 1
+        return a @ a
+
+    profile = PROFILE.with_overrides(repeats=3, noise_retries=0)
+    samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, profile, count="counted")
+    assert calls["slow"] == 1 + 3  # cold, then one per round
+    assert flops == 2 * 64 ** 3 and ops == ["aten.mm"]
+    assert len(samples["counted"]) == 3 and calls["counted"] >= 2 + 3  # counted cold call, warm, rounds
