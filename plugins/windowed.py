@@ -47,14 +47,36 @@ class WindowedAttention(nn.Module):
         c = torch.arange(span, device=device).view(1, span)
         band = ((c - r - left) >= -self.window) & ((c - r - left) <= right)
         key_pos = torch.arange(blocks, device=device).view(blocks, 1) * block - left + c
+        # Blocks whose keys all exist (first key b * block - left >= 0, last b * block + block + right - 1 < n)
+        # share one (block, span) band, a 2-D mask torch's fused kernel takes; the edges and a user's mask
+        # need a mask per block. Worked out from the sizes: no value is read back from the device.
+        first = min(blocks, -(-left // block))
+        last = max(first, min(blocks, (n - block - right) // block + 1)) if attn_mask is None and n >= block + right else first
+        parts = []
+        if first > 0:
+            parts.append(self._masked(q_blocks[:, :first], k_windows[:, :first], v_windows[:, :first], band,
+                                      key_pos[:first], 0, attn_mask, batch, heads, n))
+        if last > first:
+            parts.append(F.scaled_dot_product_attention(q_blocks[:, first:last], k_windows[:, first:last],
+                                                        v_windows[:, first:last], attn_mask=band))
+        if last < blocks:
+            parts.append(self._masked(q_blocks[:, last:], k_windows[:, last:], v_windows[:, last:], band,
+                                      key_pos[last:], last, attn_mask, batch, heads, n))
+        out = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        return merge_heads(out.view(batch, heads, blocks * block, width)[:, :, :n])
+
+    def _masked(self, q_blocks, k_windows, v_windows, band, key_pos, start, attn_mask, batch, heads, n):
+        """Blocks at the edges (keys before 0 or past n) or under a user mask: a mask per block, expanded to
+        4-D so torch's fused kernel still applies; rows with no allowed key give zeros."""
+        blocks, block = key_pos.shape[0], self.block
         mask = band & ((key_pos >= 0) & (key_pos < n)).unsqueeze(1)  # (blocks, block, span)
         if attn_mask is not None:
-            query_pos = torch.arange(blocks * block, device=device).view(blocks, block, 1)
+            query_pos = torch.arange(start * block, (start + blocks) * block, device=key_pos.device).view(blocks, block, 1)
             mask = mask & gathered_mask(attn_mask, query_pos, key_pos.unsqueeze(1), batch, heads, n, n)
+        mask = mask.expand(q_blocks.shape[0], *mask.shape[-3:])
         row_ok = mask.any(dim=-1, keepdim=True)
         out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=mask | ~row_ok)
-        out = out.masked_fill(~row_ok, 0.0)
-        return merge_heads(out.view(batch, heads, blocks * block, width)[:, :, :n])
+        return out.masked_fill(~row_ok, 0.0)
 
 
 def band_mask(module, n, is_causal, device=None):
