@@ -50,7 +50,7 @@ class DifferentialAttention(nn.Module):
             attn_mask = attn_mask.repeat(4, 1, 1, 1)
         out = masked_sdpa(torch.cat((q1, q1, q2, q2)), torch.cat((k1, k1, k2, k2)), torch.cat((v1, v2, v1, v2)),
                           attn_mask, is_causal)
-        a1, a2, b1, b2 = out.split(batch)
+        a1, a2, b1, b2 = out.unflatten(0, (4, batch)).unbind(0)
         out = torch.cat((a1, a2), dim=-1) - self.lam() * torch.cat((b1, b2), dim=-1)
         out = (out * torch.rsqrt(out.pow(2).mean(dim=-1, keepdim=True) + self.eps)).to(dtype) * self.norm_weight
         return self.out_proj(merge_heads(out * (1 - self.lambda_init)))

@@ -57,7 +57,7 @@ def causal_chunked(q, k, v, gamma, chunk: int):
         state = carry * state + kv[:, :, index]
     entering = torch.stack(entering, dim=2)
     earlier = (q * (gamma ** (position + 1).view(-1, 1)).to(q.dtype)) @ entering
-    return (local + earlier).reshape(batch, heads, chunks * chunk, -1)[:, :, :n]
+    return (local + earlier).reshape(batch, heads, chunks * chunk, v.shape[-1])[:, :, :n]
 
 
 class Retention(nn.Module):

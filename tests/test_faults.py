@@ -181,7 +181,7 @@ def test_builtins_return_an_empty_output_for_an_empty_batch(registry):
     x = torch.randn(0, 5, 16)
     for name in registry.list_variants():
         module = zoo.create(name, d_model=16, num_heads=2, registry=registry)
-        for causal in (False, True):
+        for causal in (False, True) if registry.variant(name).tags.supports_causal else (False,):
             assert module(x, x, x, is_causal=causal).shape == (0, 5, 16), (name, causal)
 
 
