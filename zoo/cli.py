@@ -347,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plugins)
 
     run_options = _Parser(add_help=False)
-    run_options.add_argument("--profile", default="quick", help="quick (default, ~2 min) or full")
+    run_options.add_argument("--profile", default="quick", help="quick (default, about 3 min here) or full")
     run_options.add_argument("--suite", action="append", help="run only this suite (repeatable)")
     run_options.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     run_options.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
