@@ -153,6 +153,17 @@ def dense_layout_sdpa(module):
     return run
 
 
+def flops(batch, q_len, k_len, d_model, num_heads, block=64, window=1, global_blocks=1, random_blocks=2, seed=0,
+          **options):
+    """Without is_causal: the global queries against every key, and every other query block against its
+    key blocks (each row padded to the widest: 2 window + 1 + global + random blocks, or all of them)."""
+    blocks = -(-q_len // block)
+    global_rows = min(global_blocks, blocks)
+    slots = min(blocks, 2 * window + 1 + global_blocks + random_blocks)
+    dense = 4.0 * batch * min(global_rows * block, q_len) * k_len * d_model
+    return dense + 4.0 * batch * (blocks - global_rows) * block * slots * block * d_model
+
+
 @zoo.hookimpl
 def zoo_register_variants(register):
     register(zoo.Variant(
@@ -167,6 +178,7 @@ def zoo_register_variants(register):
         options={"block": 64, "window": 1, "global_blocks": 1, "random_blocks": 2, "seed": 0},
         check_options={"block": 2, "window": 1, "global_blocks": 1, "random_blocks": 1},
         baselines={"dense-sdpa-layout": dense_layout_sdpa},
+        flops=flops,
         targets=(
             zoo.Target("x-dense-sdpa-layout", 1 / 10, phase="fwd", n=8192,
                        note="at least 10x faster than dense SDPA with the same pattern as a mask at n=8192"),

@@ -122,6 +122,14 @@ def parallel(module):
     return run
 
 
+def flops(batch, q_len, k_len, d_model, num_heads, chunk=64, **options):
+    """The chunked form's matmuls, without is_causal (one pass each way): per pass, q k^T and its product
+    with v inside chunks (4 n chunk d_model) and the chunk states and their reads (4 n d_model d_head),
+    on the sequence padded to whole chunks."""
+    padded = -(-q_len // chunk) * chunk
+    return 2 * batch * (4.0 * padded * chunk * d_model + 4.0 * padded * d_model * (d_model // num_heads))
+
+
 @zoo.hookimpl
 def zoo_register_variants(register):
     register(zoo.Variant(
@@ -136,6 +144,7 @@ def zoo_register_variants(register):
         options={"chunk": 64},
         check_options={"chunk": 4},
         baselines={"parallel": parallel},
+        flops=flops,
         targets=(
             zoo.Target("x-torch-sdpa", 1 / 10, mode="causal", phase="fwd", n=16384,
                        note="causal: at least 10x faster than causal torch SDPA at n=16384, as linear attention is"),
