@@ -91,6 +91,7 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=1, memory=1),
         options={"features": 256, "chunk": 64},
         check_options={"features": 16, "chunk": 4},
+        error_sweeps={"features": (16, 64, 256, 1024)},  # what more random features buy
         targets=(
             zoo.Target("approximation-error", 0.7, phase="fwd",
                        note="normalised error on structured inputs at most 0.7 at every measured n (256 features)"),

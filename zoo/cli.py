@@ -64,6 +64,8 @@ def cmd_show(args) -> int:
         print(f"  baselines:  {', '.join(v.baselines)}")
     if v.floors:
         print(f"  floors:     {', '.join(v.floors)} (timed as lower bounds, forward only)")
+    for option, values in v.error_sweeps.items():
+        print(f"  error sweep: {option} = {', '.join(map(repr, values))} (approximation error at each)")
     if v.peers:
         print(f"  peers:      {', '.join(v.peers)} (other libraries' implementations, timed beside it, forward only)")
     for target in v.targets:

@@ -146,6 +146,9 @@ class Variant:
     there; its time is reported on its own) whose output must agree with the variant's, or the peer is not
     timed. Not run by the correctness suite, so a peer may need a compiler; where its first call fails,
     the board says why.
+    ``error_sweeps`` maps an option of an approximation to values at which its approximation error is also
+    measured (at the profile's reference length), e.g. ``{"features": (16, 64, 256, 1024)}``: the board shows
+    what the option buys in accuracy.
     ``check_options`` are used on the correctness suite's small shapes so the variant's structure is
     exercised there (e.g. a window or chunk smaller than the sequence).
     ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
@@ -172,6 +175,7 @@ class Variant:
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
     floors: Mapping[str, Baseline] = field(default_factory=dict)
     peers: Mapping[str, Baseline] = field(default_factory=dict)
+    error_sweeps: Mapping[str, tuple] = field(default_factory=dict)
     flops: Callable[..., float] | None = None
     targets: tuple[Target, ...] = ()
     origin: Origin | None = None
@@ -214,6 +218,15 @@ class Variant:
         unknown = sorted(set(self.check_options) - set(self.options))
         if unknown:
             raise RegistrationError(f"variant {self.name!r}: check_options {unknown} are not among its options")
+        if self.error_sweeps and self.approximates is None:
+            raise RegistrationError(f"variant {self.name!r}: error_sweeps needs approximates= (an exact variant "
+                                    "has no approximation error to sweep)")
+        for option, values in self.error_sweeps.items():
+            if option not in self.options:
+                raise RegistrationError(f"variant {self.name!r}: error_sweeps option {option!r} is not among its options")
+            if not isinstance(values, (tuple, list)) or not values:
+                raise RegistrationError(f"variant {self.name!r}: error_sweeps[{option!r}] must be a non-empty tuple "
+                                        f"of option values, got {values!r}")
         kinds = (("baseline", self.baselines), ("floor", self.floors), ("peer", self.peers))
         for kind, labelled in kinds:
             for label, make in labelled.items():

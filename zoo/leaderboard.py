@@ -590,6 +590,18 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
                                       **{f"n={n}": (_fmt_x(v) + _first_call(results, variant, who, mode, n) if v is not None
                                                     else _baseline_gap(results, variant, who, mode, n, notes))
                                          for n, v in values.items()}})
+    sweeps = []
+    for row in results[results.check == "approximation-error-sweep"].itertuples():
+        option = row.setting.rsplit(" ", 1)[-1]
+        worst = results[(results.variant == row.variant) & (results.check == "approximation-error-sweep-worst")
+                        & (results.setting == row.setting)]
+        sweeps.append({"variant": row.variant, "option": option, f"error at n={int(row.n)}": f"{row.value:.3g}",
+                       "worst input family": "" if worst.empty else f"{worst.value.iloc[0]:.3g}"})
+    sweep_lines = [] if not sweeps else [
+        "### Approximation error against the plugin's own options", "",
+        "Each approximation's normalised error (0 exact, 1 = each query's mean of the values) at the values of "
+        "the options its plugin sweeps, on the speed suite's shapes, non-causal: first the mean over the "
+        "structured inputs, then the worst input family.", "", _table(pd.DataFrame(sweeps)), ""]
     rates = []
     for variant in variants:
         for mode in ("full", "causal"):
@@ -617,7 +629,7 @@ def _speed_section(results, cards, variants, ref, settings) -> list[str]:
             "implementation of the same function, timed in the forward pass after a first call that is not "
             "timed, whose output agreed with the variant's; its first call, where compilation happens, is "
             "given beside its ratio).", "",
-            _table(pd.DataFrame(extra)), "", "### Achieved rate", "", _table(pd.DataFrame(rates)), ""]
+            _table(pd.DataFrame(extra)), "", *sweep_lines, "### Achieved rate", "", _table(pd.DataFrame(rates)), ""]
 
 
 def _first_call(results, variant, who, mode, n) -> str:

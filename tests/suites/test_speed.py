@@ -132,3 +132,16 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
     assert calls["slow"] == 1 + 3  # cold, then one per round
     assert flops == 2 * 64 ** 3 and ops == ["aten.mm"]
     assert len(samples["counted"]) == 3 and calls["counted"] >= 2 + 3  # counted cold call, warm, rounds
+
+
+def test_an_error_sweep_measures_the_approximation_at_each_option_value(registry):
+    import dataclasses
+
+    variant = dataclasses.replace(registry.variant("performer"), error_sweeps={"features": (2, 512)})
+    rows = [r for r in run_approximation_error(variant, PROFILE) if r.check.startswith("approximation-error-sweep")]
+    error = {r.setting.rsplit(" ", 1)[-1]: r.value for r in rows if r.check == "approximation-error-sweep"}
+    worst = {r.setting.rsplit(" ", 1)[-1]: r.value for r in rows if r.check == "approximation-error-sweep-worst"}
+    assert set(error) == set(worst) == {"features=2", "features=512"}
+    assert all(r.n == PROFILE.reference_length and r.mode == "full" for r in rows)
+    assert error["features=512"] < error["features=2"]  # more random features approximate softmax better
+    assert all(worst[k] >= error[k] for k in error)

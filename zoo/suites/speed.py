@@ -257,6 +257,28 @@ def run_approximation_error(variant, profile):
                          f"each query's mean of the values); all: {approximation.describe(errors)}", **tag)
             yield Result("approximation-error-worst", MEASURED, f"{mode} fwd n={n}", errors[worst], "normalised error",
                          f"the input family it approximates worst: {worst.label}", **tag)
+    yield from _error_sweeps(variant, profile)
+
+
+def _error_sweeps(variant, profile):
+    """The approximation error at each value of each option the plugin sweeps (``Variant.error_sweeps``),
+    at the reference length, non-causal: what the option buys in accuracy."""
+    n = profile.reference_length
+    for option, values in variant.error_sweeps.items():
+        for value in values:
+            torch.manual_seed(profile.seed)
+            module = zoo.build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads, **{option: value})
+            errors = approximation.errors_by_input(variant, module, n, profile.speed_d_model, profile.speed_heads,
+                                                   False, profile.seed)
+            easy = statistics.mean(error for family, error in errors.items() if family.easy)
+            worst = max(errors, key=errors.get)
+            setting = f"full fwd n={n} {option}={value!r}"
+            tag = dict(n=n, mode="full", phase="fwd")
+            yield Result("approximation-error-sweep", MEASURED, setting, easy, "normalised error",
+                         f"{option}={value!r}: mean over the structured input families; all: "
+                         f"{approximation.describe(errors)}", **tag)
+            yield Result("approximation-error-sweep-worst", MEASURED, setting, errors[worst], "normalised error",
+                         f"{option}={value!r}: the input family it approximates worst: {worst.label}", **tag)
 
 
 @zoo.hookimpl
