@@ -17,6 +17,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from .checks import BAD, ERROR, FAILED, PASSED, SKIPPED
+from . import webpage
 from .store import RESULT_COLUMNS, Store, device_kind
 from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA
 
@@ -176,7 +177,50 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     written += plots
     readme = out_dir / "README.md"
     readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots, quality, quality_runs))
-    return [readme, *written]
+    page = webpage.write(out_dir / "index.html",
+                         _page_data(run_id, env, store.settings(run_id), results, cards, quality, quality_runs), plots)
+    return [readme, page, *written]
+
+
+def _page_data(run_id, env, settings, results, cards, quality, quality_runs) -> dict:
+    """What index.html shows: the ranked tables, why the others are not ranked, and each variant's page."""
+    standings = gate(results)
+    notes = _Footnotes()
+    tables, unranked = _ranked_tables(results, cards, settings, quality, quality_runs, run_id, notes, standings)
+    variants = sorted(cards)
+    targets = _target_rows(results, cards, variants)
+    return {
+        "run": run_id, "environment": {k: str(v) for k, v in env.items()}, "intro": _intro(settings),
+        "groups": [{"kind": kind, "title": KIND_TITLES[kind], "columns": list(rows[0]) if rows else [], "rows": rows}
+                   for kind, rows in tables.items()],
+        "notes": notes.reasons, "capabilities": list(TAG_LABELS.values()),
+        "unranked": [{"variant": v, "why": "; ".join(standings.get(v, Standing(False)).reasons[:3])
+                      or "the correctness suite has not run on it with these settings"} for v in unranked],
+        "variants": {v: _variant_page(results, cards[v], v, [t for t in targets if t["variant"] == v]) for v in variants},
+    }
+
+
+def _variant_page(results, provenance, variant, targets) -> dict:
+    card = provenance.get("card", {})
+    mine = results[results.variant == variant]
+    checks = mine[mine.status != "measured"]
+    exponent = {(r.check, r.mode, r.phase): r.value for r in mine.itertuples() if r.check.endswith("-exponent")}
+    claims = [{"measure": f"{what} exponent ({mode} {phase})", "claimed": card.get(f"claimed_{key}"),
+               "measured": _fmt_exp(exponent.get((f"{check}-exponent", mode, phase)))}
+              for what, key, check in (("FLOP", "time", "flops"), ("memory", "memory", "memory"))
+              for mode in ("full", "causal") for phase in ("fwd", "fwd+bwd")
+              if (f"{check}-exponent", mode, phase) in exponent]
+    return {
+        "summary": card.get("summary", ""), "citation": card.get("citation", ""), "kind": kind_of(card),
+        "family": card.get("family"), "approximates": approximates(card),
+        "capabilities": {label: bool(card.get("tags", {}).get(tag)) for tag, label in TAG_LABELS.items()},
+        "claims": claims,
+        "checks": [{"suite": r.suite, "check": r.check, "setting": r.setting or "", "status": r.status,
+                    "detail": "" if pd.isna(r.detail) else r.detail} for r in checks.itertuples()],
+        "targets": [{k: t[k] for k in ("target", "where", "at most", "measured", "verdict")} for t in targets],
+        "provenance": {"origin": _origin(provenance), "runs": ", ".join(sorted(set(mine.run_id))),
+                       **{k: str(v) for k, v in provenance.items() if k != "card" and not isinstance(v, (dict, list))}},
+    }
 
 
 def _quality_results(store: Store, results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -262,6 +306,26 @@ def _runs_text(runs, run_id) -> str:
     return " and ".join(part for part in ("this run" if run_id in runs else "", earlier) if part)
 
 
+def _intro(settings) -> str:
+    """What the ranking compares and how (README.md and index.html)."""
+    reference_n = settings.get("reference_length")
+    return (
+        "Ranked only when the correctness suite ran on the variant's measured source and every check passed, with "
+        "no error in any suite (NaN or inf outputs included). Like is compared with like: attention *cores* against "
+        "torch SDPA, attention *layers* (with projections) against nn.MultiheadAttention(need_weights=False), "
+        f"each on the same shapes in the same process: non-causal, n = {reference_n}, batch "
+        f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
+        f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads; lower is better. "
+        "Variants without a time at that length come last, with the reason. \"exact\": the variant computes its "
+        "own documented function exactly (not necessarily softmax). An approximation's error is measured against "
+        "the function it approximates, normalised so that 0 is exact and 1 is no better than the trivial answer "
+        "(each query's mean of the values it may see), at the same shapes: first the mean over structured inputs "
+        "(low-rank and clustered queries and keys), then the worst over all input families (random ones at "
+        "higher logit scales included). An approximation no better than the trivial answer on the structured "
+        "inputs fails correctness and is not ranked."
+    )
+
+
 def _readme(run_id, env, settings, results, cards, plots, quality, quality_runs) -> str:
     standings = gate(results)
     variants = sorted(cards)
@@ -277,39 +341,14 @@ def _readme(run_id, env, settings, results, cards, plots, quality, quality_runs)
         "",
         "## Leaderboard",
         "",
-        "Ranked only when the correctness suite ran on the variant's measured source and every check passed, with "
-        "no error in any suite (NaN or inf outputs included). Like is compared with like: attention *cores* against "
-        "torch SDPA, attention *layers* (with projections) against nn.MultiheadAttention(need_weights=False), "
-        f"each on the same shapes in the same process: non-causal, n = {reference_n}, batch "
-        f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
-        f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads; lower is better. "
-        "Variants without a time at that length come last, with the reason. \"exact\": the variant computes its "
-        "own documented function exactly (not necessarily softmax). An approximation's error is measured against "
-        "the function it approximates, normalised so that 0 is exact and 1 is no better than the trivial answer "
-        "(each query's mean of the values it may see), at the same shapes: first the mean over structured inputs "
-        "(low-rank and clustered queries and keys), then the worst over all input families (random ones at "
-        "higher logit scales included). An approximation no better than the trivial answer on the structured "
-        "inputs fails correctness and is not ranked.",
+        _intro(settings),
         "",
         _noise_line(results, settings),
         "",
     ]
-    unranked = []
-    for kind in ("core", "layer"):
-        members = [v for v in variants if kind_of(cards[v].get("card", {})) == kind]
-        if not members:
-            continue
-        ranked = []
-        for variant in members:
-            if not standings.get(variant, Standing(False)).ranked:
-                unranked.append(variant)
-                continue
-            row = _ranking_row(results, variant, cards[variant], kind, reference_n, notes,
-                               settings.get("noise_threshold"), run_id)
-            ranked.append(_with_quality(row, quality, quality_runs, run_id, variant, notes))
-        ranked.sort(key=lambda r: r.pop("_key"))
-        lines += [f"### {KIND_TITLES[kind]}", "",
-                  _table(pd.DataFrame([{"rank": i, **r} for i, r in enumerate(ranked, 1)])), ""]
+    tables, unranked = _ranked_tables(results, cards, settings, quality, quality_runs, run_id, notes, standings)
+    for kind, ranked in tables.items():
+        lines += [f"### {KIND_TITLES[kind]}", "", _table(pd.DataFrame(ranked)), ""]
     lines += notes.lines()
     failing = [v for v in unranked if standings.get(v, Standing(False)).reasons]
     if failing:
@@ -338,6 +377,28 @@ def _readme(run_id, env, settings, results, cards, plots, quality, quality_runs)
     if plots:
         lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     return "\n".join(lines)
+
+
+def _ranked_tables(results, cards, settings, quality, quality_runs, run_id, notes, standings):
+    """The ranked rows of each kind ({kind: [row, ...]}, best first, each with its rank) and the variants
+    not ranked; shared by README.md and index.html."""
+    variants, reference_n = sorted(cards), settings.get("reference_length")
+    tables, unranked = {}, []
+    for kind in ("core", "layer"):
+        members = [v for v in variants if kind_of(cards[v].get("card", {})) == kind]
+        if not members:
+            continue
+        ranked = []
+        for variant in members:
+            if not standings.get(variant, Standing(False)).ranked:
+                unranked.append(variant)
+                continue
+            row = _ranking_row(results, variant, cards[variant], kind, reference_n, notes,
+                               settings.get("noise_threshold"), run_id)
+            ranked.append(_with_quality(row, quality, quality_runs, run_id, variant, notes))
+        ranked.sort(key=lambda r: r.pop("_key"))
+        tables[kind] = [{"rank": i, **r} for i, r in enumerate(ranked, 1)]
+    return tables, unranked
 
 
 class _Footnotes:
@@ -650,6 +711,13 @@ def _fmt_g(value, spec: str = ".3g") -> str:
 
 
 def _targets_section(results, cards, variants) -> list[str]:
+    return ["## Targets the plugins set themselves", "",
+            "Declared by each plugin (`zoo.Target`) and judged here against this run's rows. "
+            "Lengths beyond the profile's are not measured: run `--profile full` for those.", "",
+            _table(pd.DataFrame(_target_rows(results, cards, variants))), ""]
+
+
+def _target_rows(results, cards, variants) -> list[dict]:
     rows = []
     for variant in variants:
         for target in cards[variant].get("card", {}).get("targets", []):
@@ -667,10 +735,7 @@ def _targets_section(results, cards, variants) -> list[str]:
             rows.append({"variant": variant, "target": target["note"], "measure": target["check"],
                          "where": f"{target['mode']} {target['phase']}, {where}", "at most": f"{target['at_most']:.3g}",
                          "measured": measured, "verdict": verdict})
-    return ["## Targets the plugins set themselves", "",
-            "Declared by each plugin (`zoo.Target`) and judged here against this run's rows. "
-            "Lengths beyond the profile's are not measured: run `--profile full` for those.", "",
-            _table(pd.DataFrame(rows)), ""]
+    return rows
 
 
 def _quality_section(quality, quality_runs, run_id, results, reference_n) -> list[str]:
