@@ -879,18 +879,52 @@ def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:
         ours = rows[rows.check == check]
         if ours.empty:
             continue
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for variant, series in ours.groupby("variant"):
+        fig, ax = plt.subplots(figsize=(9, 5.5))
+        ends = []
+        for index, (variant, series) in enumerate(ours.groupby("variant")):
             series = series.sort_values("n")
-            ax.plot(series.n.astype(float), series.value, marker="o", label=variant)
+            color, marker, dashes = _line_style(index)
+            ax.plot(series.n.astype(float), series.value, color=color, marker=marker, linestyle=dashes, label=variant)
+            ends.append((float(series.n.iloc[-1]), float(series.value.iloc[-1]), variant, color))
         ref = rows[rows.check == reference].groupby("n").value.median()
         if not ref.empty:
-            ax.plot(ref.index.astype(float), ref.values, "k--", label="torch SDPA")
+            ax.plot(ref.index.astype(float), ref.values, color="black", linestyle="--", linewidth=2, label="torch SDPA")
+            ends.append((float(ref.index[-1]), float(ref.values[-1]), "torch SDPA", "black"))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length n")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        _label_line_ends(ax, ends)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.22, 1.0), frameon=False)
         written.append(_save(plt, fig, out_dir / f"{name}.png"))
     return written
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p")
+DASHES = ("-", "--", "-.", ":")
+
+
+def _line_style(index: int):
+    """A colour, marker and line style per series, so no two of up to 20 x 12 lines look alike."""
+    import matplotlib
+
+    colors = matplotlib.colormaps["tab20"].colors
+    return colors[index % len(colors)], MARKERS[index % len(MARKERS)], DASHES[(index // len(MARKERS)) % len(DASHES)]
+
+
+def _label_line_ends(ax, ends, min_gap_decades: float = 0.07):
+    """Each line named at its right end; labels pushed apart (on the log y axis) so none overlaps another."""
+    if not ends:
+        return
+    import math
+
+    right = max(x for x, _, _, _ in ends)
+    placed: list[float] = []
+    for x, y, text, color in sorted(ends, key=lambda end: end[1]):
+        position = math.log10(y) if y > 0 else 0.0
+        if placed and position < placed[-1] + min_gap_decades:
+            position = placed[-1] + min_gap_decades
+        placed.append(position)
+        ax.annotate(text, xy=(x, y), xytext=(right * 1.12, 10 ** position), fontsize=7, color=color, va="center",
+                    arrowprops=dict(arrowstyle="-", color=color, lw=0.5, alpha=0.6), annotation_clip=False)
