@@ -58,3 +58,23 @@ def test_a_gpu_run_shows_its_kernels_allocator_peaks_and_dtype(tmp_path):
     gpu = readme.split("### GPU memory", 1)[1].split("## Speed", 1)[0]
     assert re.search(r"\| dot-product \| full +\| fwd\+bwd \| +64 \| +3 \| +2 \|", gpu), gpu
     assert "Bfloat16 matmul peak" in readme
+
+
+def test_line_end_labels_never_overlap_and_every_line_looks_different():
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zoo.leaderboard import _label_line_ends, _line_style
+
+    fig, ax = plt.subplots()
+    ax.set_yscale("log")
+    ends = [(1024.0, 0.0101 + 0.0001 * i, f"variant-{i}", "black") for i in range(8)]  # eight lines ending together
+    _label_line_ends(ax, ends)
+    heights = sorted(math.log10(text.xyann[1]) for text in ax.texts)
+    assert len(heights) == 8 and all(b - a >= 0.07 - 1e-9 for a, b in zip(heights, heights[1:]))
+    plt.close(fig)
+    assert len({_line_style(i) for i in range(40)}) == 40
