@@ -73,3 +73,14 @@ def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path)
         page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
         browser.close()
     assert errors == []
+
+
+def test_the_long_sequence_plot_is_on_the_same_page_when_its_board_is_published_beside(smoke_run, page_path):
+    store, run_id = smoke_run
+    out = page_path.parent
+    (out / "long-sequences").mkdir()
+    shutil.copy(out / "time.png", out / "long-sequences" / "time.png")
+    render(store, run_id, out)
+    text = (out / "index.html").read_text()
+    assert text.count('src="data:image/png;base64,') == len(list(out.glob("*.png"))) + 1
+    assert "time up to long sequences (from long-sequences/" in text

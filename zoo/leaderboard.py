@@ -23,6 +23,7 @@ from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA
 
 RANK_MODE, RANK_PHASE = "full", "fwd+bwd"
 PLOT_FILES = ("time.png", "flops.png", "memory.png", "accuracy-vs-speed.png", "recall-vs-pairs.png")
+LONG_SEQUENCES = "long-sequences"  # the long-sequence board's folder inside the published leaderboard/
 KIND_TITLES = {"core": "Attention cores (no parameters)", "layer": "Attention layers (with projections)"}
 TAG_LABELS = {
     "accepts_attn_mask": "mask", "supports_causal": "causal", "allows_different_lengths": "q_len != k_len",
@@ -177,8 +178,13 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     written += plots
     readme = out_dir / "README.md"
     readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots, quality, quality_runs))
+    figures = [(plot, plot.stem) for plot in plots]
+    long_range = out_dir / LONG_SEQUENCES / "time.png"
+    if long_range.exists():  # the long-sequence board's own run, shown with the rest
+        figures.append((long_range, f"time up to long sequences (from {LONG_SEQUENCES}/, a run of its own: "
+                                    f"{LONG_SEQUENCES}/index.html)"))
     page = webpage.write(out_dir / "index.html",
-                         _page_data(run_id, env, store.settings(run_id), results, cards, quality, quality_runs), plots)
+                         _page_data(run_id, env, store.settings(run_id), results, cards, quality, quality_runs), figures)
     return [readme, page, *written]
 
 
@@ -817,8 +823,8 @@ def _quality_plot(results: pd.DataFrame, quality: pd.DataFrame, reference_n, out
     for variant, point in points.iterrows():
         on_front = variant in front.index
         ax.scatter(point.x, point.accuracy, marker="o" if on_front else "x", s=40, zorder=2)
-        ax.annotate(variant, (point.x, point.accuracy), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xscale("log")
+    _label_points(ax, [(point.x, point.accuracy, variant) for variant, point in points.iterrows()])
     ax.set_xlabel(label)
     ax.set_ylabel("mean accuracy over the quality tasks")
     ax.grid(True, which="both", alpha=0.3)
@@ -901,16 +907,32 @@ def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:
     return written
 
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*", "h", "p")
-DASHES = ("-", "--", "-.", ":")
-
-
 def _line_style(index: int):
-    """A colour, marker and line style per series, so no two of up to 20 x 12 lines look alike."""
+    """A colour, marker and line style per series, so no two of up to 20 x 8 lines look alike."""
     import matplotlib
 
     colors = matplotlib.colormaps["tab20"].colors
-    return colors[index % len(colors)], MARKERS[index % len(MARKERS)], DASHES[(index // len(MARKERS)) % len(DASHES)]
+    return (colors[index % len(colors)], MARKERS[index % len(MARKERS)],
+            LINE_STYLES[(index // len(MARKERS)) % len(LINE_STYLES)])
+
+
+def _label_points(ax, points, fontsize: int = 8):
+    """Each point named beside it; a label that would overlap one already placed moves up a line at a
+    time (with a leader line to its point), so no two labels collide."""
+    fig = ax.figure
+    fig.canvas.draw()  # the axes' limits and scales are final: data -> pixels is fixed
+    placed = []
+    line = fontsize * 1.3 * fig.dpi / 72
+    for x, y, text in sorted(points, key=lambda p: (p[1], p[0])):
+        px, py = ax.transData.transform((x, y))
+        width = len(text) * fontsize * 0.6 * fig.dpi / 72
+        left, bottom = px + 5, py + 3
+        while any(left < r and left + width > l and bottom < t and bottom + line > b for l, b, r, t in placed):
+            bottom += line
+        placed.append((left, bottom, left + width, bottom + line))
+        ax.annotate(text, (x, y), xytext=(left - px, bottom - py), textcoords="offset pixels", fontsize=fontsize,
+                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5) if bottom > py + 3 else None)
+    return placed
 
 
 def _label_line_ends(ax, ends, min_gap_decades: float = 0.07):

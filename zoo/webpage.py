@@ -173,13 +173,14 @@ route();
 """
 
 
-def write(path: Path, data: dict, plots: list[Path]) -> Path:
-    """Write the page for ``data`` (what :mod:`zoo.leaderboard` collects) with ``plots`` inlined."""
+def write(path: Path, data: dict, plots: list[tuple[Path, str]]) -> Path:
+    """Write the page for ``data`` (what :mod:`zoo.leaderboard` collects) with ``plots`` (image, caption)
+    inlined."""
     payload = json.dumps(data, default=str).replace("</", "<\\/")  # never closes its own <script>
     figures = "\n".join(
-        f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
-        for p in plots)
+        f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
+        f'{base64.b64encode(image.read_bytes()).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>'
+        for image, caption in plots)
     tables = "\n".join(f'<h3>{html.escape(g["title"])}</h3>\n<table id="table-{g["kind"]}"></table>'
                        for g in data["groups"])
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in data["notes"])
