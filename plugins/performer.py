@@ -78,6 +78,15 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return positive_kernel_attention(phi(q), phi(k), v, mask).transpose(1, 2).flatten(2)
 
 
+def flops(batch, q_len, k_len, d_model, num_heads, features=256, **options):
+    """Without is_causal: the random features of queries and keys (2 n m d each), the keys' state
+    (2 k_len m d) and its reads by the queries, values and normaliser (2 q_len m (d + 1)), per head."""
+    width = d_model // num_heads
+    per_head = 2.0 * features * width * (q_len + k_len) + 2.0 * k_len * features * width \
+        + 2.0 * q_len * features * (width + 1)
+    return batch * num_heads * per_head
+
+
 @zoo.hookimpl
 def zoo_register_variants(register):
     register(zoo.Variant(
@@ -92,6 +101,7 @@ def zoo_register_variants(register):
         options={"features": 256, "chunk": 64},
         check_options={"features": 16, "chunk": 4},
         error_sweeps={"features": (16, 64, 256, 1024)},  # what more random features buy
+        flops=flops,
         targets=(
             zoo.Target("approximation-error", 0.7, phase="fwd",
                        note="normalised error on structured inputs at most 0.7 at every measured n (256 features)"),
