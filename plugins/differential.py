@@ -16,7 +16,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import masked_sdpa, merge_heads, split_heads
-from zoo.reference import reference_mask, softmax_attention
+from zoo.reference import linear, reference_mask, softmax_attention
 
 
 class DifferentialAttention(nn.Module):
@@ -58,11 +58,8 @@ class DifferentialAttention(nn.Module):
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
     """The two softmax maps built separately and subtracted, then RMS norm, in float64."""
-    def project(x, layer):
-        return x.double() @ layer.weight.detach().double().T + (0.0 if layer.bias is None else layer.bias.detach().double())
-
     h = module.num_heads
-    q, k, v = (project(x, layer).unflatten(-1, (h, -1)).transpose(1, 2)
+    q, k, v = (linear(x, layer).unflatten(-1, (h, -1)).transpose(1, 2)
                for x, layer in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)))
     half = q.shape[-1] // 2
     lq1, lk1, lq2, lk2 = module.lambdas.detach().double()
@@ -74,7 +71,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     out = (first - lam * second) @ v
     rms = torch.sqrt((out ** 2).mean(dim=-1, keepdim=True) + module.eps)
     out = out / rms * module.norm_weight.detach().double() * (1 - module.lambda_init)
-    return project(out.transpose(1, 2).flatten(2), module.out_proj)
+    return linear(out.transpose(1, 2).flatten(2), module.out_proj)
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, **options):

@@ -13,7 +13,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import masked_sdpa, merge_heads, split_heads
-from zoo.reference import reference_mask, softmax_attention
+from zoo.reference import linear, reference_mask, softmax_attention
 
 
 def default_kv_heads(num_heads: int) -> int:
@@ -50,17 +50,14 @@ class MultiQueryAttention(GroupedQueryAttention):
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
     """Every query head against its group's key/value head, written out in float64."""
-    def project(x, layer):
-        return x.double() @ layer.weight.detach().double().T + (0.0 if layer.bias is None else layer.bias.detach().double())
-
     h, g = module.num_heads, module.kv_heads
-    q = project(query, module.q_proj).unflatten(-1, (h, -1)).transpose(1, 2)
-    k, v = (project(x, layer).unflatten(-1, (g, -1)).transpose(1, 2)
+    q = linear(query, module.q_proj).unflatten(-1, (h, -1)).transpose(1, 2)
+    k, v = (linear(x, layer).unflatten(-1, (g, -1)).transpose(1, 2)
             for x, layer in ((key, module.k_proj), (value, module.v_proj)))
     group = torch.arange(h) // (h // g)  # query head i reads key/value head i // (h / g)
     mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
     out = softmax_attention(q, k[:, group], v[:, group], mask).transpose(1, 2).flatten(2)
-    return project(out, module.out_proj)
+    return linear(out, module.out_proj)
 
 
 def repeated_kv(module):

@@ -15,7 +15,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import merge_heads, split_heads
-from zoo.reference import softmax_attention
+from zoo.reference import linear, softmax_attention
 
 
 class LinformerAttention(nn.Module):
@@ -42,15 +42,12 @@ class LinformerAttention(nn.Module):
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
     """Keys and values projected, mixed along the sequence by E and F, then softmax attention, in float64."""
-    def project(x, layer):
-        return x.double() @ layer.weight.detach().double().T + (0.0 if layer.bias is None else layer.bias.detach().double())
-
     h, k_len = module.num_heads, key.shape[1]
     e, f = module.length_proj.detach().double()[:, :, :k_len]
-    q = project(query, module.q_proj).unflatten(-1, (h, -1)).transpose(1, 2)
-    k = torch.einsum("pm,bmd->bpd", e, project(key, module.k_proj)).unflatten(-1, (h, -1)).transpose(1, 2)
-    v = torch.einsum("pm,bmd->bpd", f, project(value, module.v_proj)).unflatten(-1, (h, -1)).transpose(1, 2)
-    return project(softmax_attention(q, k, v).transpose(1, 2).flatten(2), module.out_proj)
+    q = linear(query, module.q_proj).unflatten(-1, (h, -1)).transpose(1, 2)
+    k = torch.einsum("pm,bmd->bpd", e, linear(key, module.k_proj)).unflatten(-1, (h, -1)).transpose(1, 2)
+    v = torch.einsum("pm,bmd->bpd", f, linear(value, module.v_proj)).unflatten(-1, (h, -1)).transpose(1, 2)
+    return linear(softmax_attention(q, k, v).transpose(1, 2).flatten(2), module.out_proj)
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, proj_len=256, **options):

@@ -11,7 +11,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import masked_sdpa, merge_heads, split_heads
-from zoo.reference import reference_mask, softmax_attention
+from zoo.reference import linear, reference_mask, softmax_attention
 
 
 def rotate(x, cos, sin):
@@ -53,9 +53,6 @@ class RotaryMultiHeadAttention(nn.Module):
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
     """Each position's features multiplied by its block-diagonal rotation matrix, in float64."""
-    def project(x, layer):
-        return x.double() @ layer.weight.detach().double().T + (0.0 if layer.bias is None else layer.bias.detach().double())
-
     def rotation_matrices(length, width):
         half = width // 2
         matrices = torch.zeros(length, width, width, dtype=torch.float64)
@@ -69,13 +66,13 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
         return matrices
 
     h = module.num_heads
-    q, k, v = (project(x, layer).unflatten(-1, (h, -1)).transpose(1, 2)
+    q, k, v = (linear(x, layer).unflatten(-1, (h, -1)).transpose(1, 2)
                for x, layer in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)))
     width = q.shape[-1]
     q = torch.einsum("bhpi,pij->bhpj", q, rotation_matrices(q.shape[2], width))
     k = torch.einsum("bhpi,pij->bhpj", k, rotation_matrices(k.shape[2], width))
     mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
-    return project(softmax_attention(q, k, v, mask).transpose(1, 2).flatten(2), module.out_proj)
+    return linear(softmax_attention(q, k, v, mask).transpose(1, 2).flatten(2), module.out_proj)
 
 
 def complex_rotation(module):

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from .checks import BAD, ERROR, FAILED, PASSED, SKIPPED
+from .checks import BAD, ERROR, FAILED, MEASURED, PASSED, SKIPPED
 from . import webpage
 from .store import RESULT_COLUMNS, Store, device_kind
 from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA
@@ -209,7 +209,7 @@ def _page_data(run_id, env, settings, results, cards, quality, quality_runs) -> 
 def _variant_page(results, provenance, variant, targets) -> dict:
     card = provenance.get("card", {})
     mine = results[results.variant == variant]
-    checks = mine[mine.status != "measured"]
+    checks = mine[mine.status != MEASURED]
     exponent = {(r.check, r.mode, r.phase): r.value for r in mine.itertuples() if r.check.endswith("-exponent")}
     claims = [{"measure": f"{what} exponent ({mode} {phase})", "claimed": card.get(f"claimed_{key}"),
                "measured": _fmt_exp(exponent.get((f"{check}-exponent", mode, phase)))}

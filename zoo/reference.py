@@ -38,6 +38,13 @@ def positive_kernel_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, mask: Ten
     return torch.where(total > 0, (similarity @ v.double()) / torch.where(total > 0, total, 1.0), 0.0)
 
 
+def linear(x: Tensor, layer) -> Tensor:
+    """An ``nn.Linear`` layer's map applied to ``x`` in float64 with the layer's own weights (for references
+    of layers with projections)."""
+    bias = 0.0 if layer.bias is None else layer.bias.detach().double()
+    return x.double() @ layer.weight.detach().double().T + bias
+
+
 def reference_mask(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len: int) -> Tensor | None:
     """The mask a reference applies: ``attn_mask`` and, when causal, key j <= query i.
 
