@@ -1,8 +1,10 @@
 """Sliding-window (local) attention: each query sees the keys within ``window`` positions.
 
 Computed on blocks: the queries are cut into blocks of ``block``, and each block attends, in one
-batched SDPA call, to its own keys plus ``window`` on either side (only earlier ones when causal),
-with a (blocks, block, span) mask. Time and memory are O(n * window): no n x n mask or score matrix.
+batched SDPA call, to its own keys plus ``window`` on either side (only earlier ones when causal)
+under one (block, span) band mask. The blocks and their overlapping key windows are strided views of
+the caller's tensors, so nothing is copied but the few blocks at the edges. Time and memory are
+O(n * window): no n x n mask or score matrix.
 """
 
 import functools
@@ -17,7 +19,7 @@ from zoo.reference import reference_mask, softmax_attention
 
 
 class WindowedAttention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int = 1, window: int = 128, block: int = 64):
+    def __init__(self, d_model: int, num_heads: int = 1, window: int = 128, block: int = 32):
         super().__init__()
         for label, value in (("window", window), ("block", block)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -25,58 +27,77 @@ class WindowedAttention(nn.Module):
         self.d_model, self.num_heads, self.window, self.block = d_model, num_heads, window, block
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
-        q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
-        batch, heads, n, width = q.shape
+        batch, n, _ = query.shape
         block, left = self.block, self.window
         right = 0 if is_causal else self.window
-        span = block + left + right
         blocks = -(-n // block)
-        pad = blocks * block - n
-
-        q_blocks = F.pad(q, (0, 0, 0, pad)).reshape(batch * heads, blocks, block, width)
-        k_windows, v_windows = (
-            F.pad(x, (0, 0, left, pad + right)).unfold(2, span, block).transpose(-1, -2)
-            .reshape(batch * heads, blocks, span, width)
-            for x in (k, v)
-        )
-
         # Query i = b * block + r meets key j = b * block - left + c: allowed when j - i lies in
-        # [-window, right] and j is a real key.
-        device = q.device
-        r = torch.arange(block, device=device).view(block, 1)
-        c = torch.arange(span, device=device).view(1, span)
-        band = ((c - r - left) >= -self.window) & ((c - r - left) <= right)
-        key_pos = torch.arange(blocks, device=device).view(blocks, 1) * block - left + c
-        # Blocks whose keys all exist (first key b * block - left >= 0, last b * block + block + right - 1 < n)
-        # share one (block, span) band, a 2-D mask torch's fused kernel takes; the edges and a user's mask
-        # need a mask per block. Worked out from the sizes: no value is read back from the device.
+        # [-window, right]. Interior blocks, whose keys all exist (first key b * block - left >= 0, last
+        # b * block + block + right - 1 < n), share one (block, span) band: a 2-D mask torch's fused kernel
+        # takes, on views of the caller's tensors. The edges and a user's mask need a mask per block.
+        # Worked out from the sizes: no value is read back from the device.
         first = min(blocks, -(-left // block))
-        last = max(first, min(blocks, (n - block - right) // block + 1)) if attn_mask is None and n >= block + right else first
-        parts = []
+        last = first
+        if attn_mask is None and batch > 0 and n >= block + right:
+            last = max(first, min(blocks, (n - block - right) // block + 1))
+        r = torch.arange(block, device=query.device).view(block, 1)
+        c = torch.arange(block + left + right, device=query.device).view(1, -1)
+        band = ((c - r - left) >= -self.window) & ((c - r - left) <= right)
+        pieces = []
         if first > 0:
-            parts.append(self._masked(q_blocks[:, :first], k_windows[:, :first], v_windows[:, :first], band,
-                                      key_pos[:first], 0, attn_mask, batch, heads, n))
+            pieces.append(self._edge(query, key, value, 0, first, band, attn_mask))
         if last > first:
-            parts.append(F.scaled_dot_product_attention(q_blocks[:, first:last], k_windows[:, first:last],
-                                                        v_windows[:, first:last], attn_mask=band))
+            pieces.append(self._interior(query, key, value, first, last, band))
         if last < blocks:
-            parts.append(self._masked(q_blocks[:, last:], k_windows[:, last:], v_windows[:, last:], band,
-                                      key_pos[last:], last, attn_mask, batch, heads, n))
-        out = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
-        return merge_heads(out.view(batch, heads, blocks * block, width)[:, :, :n])
+            pieces.append(self._edge(query, key, value, last, blocks, band, attn_mask))
+        if not pieces:  # an empty sequence
+            return query.new_zeros(batch, 0, value.shape[-1])
+        return torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]
 
-    def _masked(self, q_blocks, k_windows, v_windows, band, key_pos, start, attn_mask, batch, heads, n):
-        """Blocks at the edges (keys before 0 or past n) or under a user mask: a mask per block, expanded to
-        4-D so torch's fused kernel still applies; rows with no allowed key give zeros."""
-        blocks, block = key_pos.shape[0], self.block
+    def _interior(self, query, key, value, first, last, band):
+        """Query blocks [first, last) as (blocks, heads, block, d) views of the (seq, heads * d) rows and
+        their overlapping key windows as (blocks, heads, span, d) views: SDPA reads the caller's tensors in
+        place and writes its output already in (seq, heads * d) order, so nothing is copied."""
+        heads, block, span = self.num_heads, self.block, band.shape[-1]
+        start, stop = first * block, last * block
+        outputs = []
+        for q, k, v in zip(query, key, value):  # one call per batch element: (batch, blocks) has no single stride
+            q_blocks = q[start:stop].unflatten(0, (last - first, block)).unflatten(-1, (heads, -1)).transpose(1, 2)
+            k_windows, v_windows = (
+                x[start - self.window:stop + span - block - self.window].unfold(0, span, block)
+                .unflatten(1, (heads, -1)).transpose(-1, -2)
+                for x in (k, v)
+            )
+            out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=band)
+            outputs.append(out.transpose(1, 2).flatten(2).flatten(0, 1))
+        return torch.stack(outputs) if len(outputs) > 1 else outputs[0].unsqueeze(0)
+
+    def _edge(self, query, key, value, start, stop, band, attn_mask):
+        """Query blocks [start, stop) with a mask per block (expanded to 4-D so torch's fused kernel still
+        applies): the edges, whose windows reach past the keys (padded with zeros and masked out), or every
+        block under a user's mask. Rows with no allowed key give zeros."""
+        batch, n, _ = query.shape
+        heads, block, left, span = self.num_heads, self.block, self.window, band.shape[-1]
+        blocks, rows = stop - start, min(stop * block, n) - start * block
+        key_lo, key_hi = start * block - left, (stop - 1) * block - left + span  # the rows the windows cover
+        q_blocks = F.pad(split_heads(query[:, start * block:start * block + rows], heads),
+                         (0, 0, 0, blocks * block - rows)).reshape(batch * heads, blocks, block, query.shape[-1] // heads)
+        k_windows, v_windows = (
+            F.pad(split_heads(x[:, max(key_lo, 0):min(key_hi, n)], heads), (0, 0, max(0, -key_lo), max(0, key_hi - n)))
+            .unfold(2, span, block).transpose(-1, -2).reshape(batch * heads, blocks, span, x.shape[-1] // heads)
+            for x in (key, value)
+        )
+        key_pos = torch.arange(start, stop, device=query.device).view(blocks, 1) * block - left \
+            + torch.arange(span, device=query.device).view(1, span)
         mask = band & ((key_pos >= 0) & (key_pos < n)).unsqueeze(1)  # (blocks, block, span)
         if attn_mask is not None:
-            query_pos = torch.arange(start * block, (start + blocks) * block, device=key_pos.device).view(blocks, block, 1)
+            query_pos = torch.arange(start * block, stop * block, device=query.device).view(blocks, block, 1)
             mask = mask & gathered_mask(attn_mask, query_pos, key_pos.unsqueeze(1), batch, heads, n, n)
         mask = mask.expand(q_blocks.shape[0], *mask.shape[-3:])
         row_ok = mask.any(dim=-1, keepdim=True)
         out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=mask | ~row_ok)
-        return out.masked_fill(~row_ok, 0.0)
+        out = out.masked_fill(~row_ok, 0.0).view(batch, heads, blocks * block, value.shape[-1] // heads)
+        return merge_heads(out[:, :, :rows])
 
 
 def band_mask(module, n, is_causal, device=None):
@@ -155,7 +176,7 @@ def zoo_register_variants(register):
         reference=reference,
         tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
-        options={"window": 128, "block": 64},
+        options={"window": 128, "block": 32},
         check_options={"window": 3, "block": 4},
         baselines={"torch-sdpa-band": dense_band_sdpa},
         peers={"flex-attention": flex_sliding_window},
