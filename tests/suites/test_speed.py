@@ -1,5 +1,7 @@
 """The speed suite reports medians, spread and ratios measured in one process (no timing asserts)."""
 
+import torch
+
 from zoo.profiles import PROFILES
 from zoo.suites.speed import run_approximation_error, run_speed
 
@@ -145,3 +147,36 @@ def test_an_error_sweep_measures_the_approximation_at_each_option_value(registry
     assert all(r.n == PROFILE.reference_length and r.mode == "full" for r in rows)
     assert error["features=512"] < error["features=2"]  # more random features approximate softmax better
     assert all(worst[k] >= error[k] for k in error)
+
+
+def test_the_softmax_target_is_the_textbook_reference_at_any_block_size():
+    from zoo.approximation import softmax_target, split
+    from zoo.reference import reference_mask, softmax_attention
+
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(2, 9, 16, generator=generator) for _ in range(3))
+    for is_causal in (False, True):
+        textbook = softmax_attention(*(split(x, 4) for x in (query, key, value)), reference_mask(None, is_causal, 9, 9))
+        for chunk_elements in (2 ** 25, 2 * 4 * 9 * 2, 1):  # one block, blocks of two rows, one row at a time
+            got = softmax_target(query, key, value, 4, is_causal, chunk_elements)
+            assert torch.allclose(got, textbook.transpose(1, 2).flatten(2), atol=1e-12, rtol=0)
+
+
+def test_an_approximation_error_that_fails_at_one_length_loses_only_that_cell(registry, monkeypatch):
+    from zoo import approximation
+
+    measure = approximation.errors_by_input
+
+    def out_of_memory_at_the_largest(variant, module, n, *args, **kwargs):
+        if n == max(PROFILE.speed_lengths):
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 268435456 bytes")
+        return measure(variant, module, n, *args, **kwargs)
+
+    monkeypatch.setattr(approximation, "errors_by_input", out_of_memory_at_the_largest)
+    rows = [r for r in run_approximation_error(registry.variant("linear"), PROFILE) if r.check == "approximation-error"]
+    failed = [r for r in rows if r.status == "error"]
+    assert {(r.mode, r.n) for r in failed} == {(mode, max(PROFILE.speed_lengths)) for mode in PROFILE.speed_modes}
+    assert all("out of memory" in r.detail for r in failed)
+    measured = {(r.mode, r.n) for r in rows if r.status == "measured"}
+    assert measured == {(mode, n) for mode in PROFILE.speed_modes for n in PROFILE.speed_lengths
+                        if n != max(PROFILE.speed_lengths)}

@@ -18,7 +18,7 @@ from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 import zoo
 from zoo import approximation
 from zoo.cases import relative_error
-from zoo.checks import MEASURED, SKIPPED, Check, Result
+from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent, timed
@@ -245,13 +245,17 @@ def run_approximation_error(variant, profile):
         return
     for mode in modes_for(variant, profile.speed_modes):
         for n in speed_plan(variant, profile, mode).lengths[variant.name]:
+            tag = dict(n=n, mode=mode, phase="fwd")
             torch.manual_seed(profile.seed)
-            module = zoo.build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads)
-            errors = approximation.errors_by_input(variant, module, n, profile.speed_d_model, profile.speed_heads,
-                                                   mode == "causal", profile.seed)
+            try:  # one length failing (out of memory, say) costs that cell, not the other lengths and modes
+                module = zoo.build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads)
+                errors = approximation.errors_by_input(variant, module, n, profile.speed_d_model, profile.speed_heads,
+                                                       mode == "causal", profile.seed)
+            except Exception as exc:
+                yield Result("approximation-error", ERROR, f"{mode} fwd n={n}", detail=describe_exception(exc), **tag)
+                continue
             easy = statistics.mean(error for family, error in errors.items() if family.easy)
             worst = max(errors, key=errors.get)
-            tag = dict(n=n, mode=mode, phase="fwd")
             yield Result("approximation-error", MEASURED, f"{mode} fwd n={n}", easy, "normalised error",
                          f"mean over the structured (easy) input families vs {variant.approximates} (0 exact, 1 = "
                          f"each query's mean of the values); all: {approximation.describe(errors)}", **tag)
