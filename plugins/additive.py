@@ -16,6 +16,19 @@ from zoo.functional import combine_masks, merge_heads, split_heads
 from zoo.reference import reference_mask, weighted_sum
 
 
+def tanh_chunks(qp, kp, chunk):
+    """Yield (start, rows, tanh(qp[start:start + rows] + kp)) for chunks of query rows, features first as
+    (b, h, d, rows, keys) in one reused buffer. Features first, the sums over d (with v) and over rows * keys
+    (in backward) are products over contiguous rows; the (rows * keys, d) @ (d, 1) form ran at a few GFLOP/s."""
+    batch, heads, q_len, width = qp.shape
+    q_t = qp.transpose(2, 3).contiguous().unsqueeze(-1)
+    k_t = kp.transpose(2, 3).contiguous().unsqueeze(-2)
+    hidden = qp.new_empty(batch, heads, width, min(chunk, q_len), kp.shape[2])
+    for start in range(0, q_len, chunk):
+        rows = min(chunk, q_len - start)
+        yield start, rows, torch.add(q_t[:, :, :, start:start + rows], k_t, out=hidden[:, :, :, :rows]).tanh_()
+
+
 class ChunkedAdditiveScores(torch.autograd.Function):
     """scores[b, h, i, j] = v[h] . tanh(qp[b, h, i] + kp[b, h, j]), chunked over i, recomputed in backward."""
 
@@ -24,38 +37,30 @@ class ChunkedAdditiveScores(torch.autograd.Function):
         ctx.save_for_backward(qp, kp, v)
         ctx.chunk = chunk
         batch, heads, q_len, width = qp.shape
-        k_len = kp.shape[2]
-        scores = qp.new_empty(batch, heads, q_len, k_len)
-        # Features first, (b, h, d, rows, keys): the sum over d with v is then one (1, d) @ (d, rows * keys)
-        # product per head over contiguous rows (the (rows, keys, d) @ (d, 1) form ran at a few GFLOP/s),
-        # and the add, tanh and product reuse one buffer.
-        q_t, k_t = qp.transpose(2, 3).contiguous().unsqueeze(-1), kp.transpose(2, 3).contiguous().unsqueeze(-2)
-        hidden = qp.new_empty(batch, heads, width, min(chunk, q_len), k_len)
+        scores = qp.new_empty(batch, heads, q_len, kp.shape[2])
         v_row = v.view(1, heads, 1, width)
-        for start in range(0, q_len, chunk):
-            rows = min(chunk, q_len - start)
-            part = hidden[:, :, :, :rows]
-            torch.add(q_t[:, :, :, start:start + rows], k_t, out=part).tanh_()
-            scores[:, :, start:start + rows] = (v_row @ part.flatten(3)).view(batch, heads, rows, k_len)
+        for start, rows, hidden in tanh_chunks(qp, kp, chunk):
+            scores[:, :, start:start + rows] = (v_row @ hidden.flatten(3)).view(batch, heads, rows, -1)
         return scores
 
     @staticmethod
     def backward(ctx, grad_scores):
         qp, kp, v = ctx.saved_tensors
-        chunk, heads = ctx.chunk, qp.shape[1]
-        grad_q, grad_k, grad_v = torch.empty_like(qp), torch.zeros_like(kp), torch.zeros_like(v)
-        v_row = v.view(1, heads, 1, -1)
-        for start in range(0, qp.shape[2], chunk):
-            hidden = (qp[:, :, start:start + chunk, None, :] + kp[:, :, None, :, :]).tanh_()  # recomputed
-            g = grad_scores[:, :, start:start + chunk]  # (b, h, c, k)
-            # d score / d v = hidden: contract over queries and keys as one matmul per head
-            grad_v += (g.flatten(2).unsqueeze(2) @ hidden.flatten(2, 3)).sum(dim=0).squeeze(1)
-            # d score / d hidden = v (1 - hidden^2); v is constant over queries and keys, so it is
-            # applied after summing, and 1 - hidden^2 is formed in place
-            local = hidden.mul_(hidden).neg_().add_(1).mul_(g.unsqueeze(-1))
-            grad_q[:, :, start:start + chunk] = local.sum(dim=3) * v_row
-            grad_k += local.sum(dim=2) * v_row
-        return grad_q, grad_k, grad_v, None
+        batch, heads, _, width = qp.shape
+        grad_q, grad_v = torch.empty_like(qp), torch.zeros_like(v)
+        grad_k_t = kp.new_zeros(batch, heads, width, kp.shape[2])
+        v_row = v.view(1, heads, 1, width)
+        for start, rows, hidden in tanh_chunks(qp, kp, ctx.chunk):  # recomputed, not kept from forward
+            g = grad_scores[:, :, start:start + rows]  # (b, h, rows, k)
+            # d score / d v = hidden: one (d, rows * keys) @ (rows * keys, 1) product per head
+            grad_v += (hidden.flatten(3) @ g.reshape(batch, heads, -1, 1)).sum(dim=0).squeeze(-1)
+            # d score / d hidden = v (1 - hidden^2): g - g hidden^2 in place, in two passes; v is constant
+            # over queries and keys, so it is applied after summing
+            g = g.unsqueeze(2)
+            local = torch.addcmul(g, hidden.square_(), g, value=-1, out=hidden)
+            grad_q[:, :, start:start + rows] = local.sum(dim=4).transpose(2, 3) * v_row
+            grad_k_t += local.sum(dim=3)
+        return grad_q, grad_k_t.transpose(2, 3) * v_row, grad_v, None
 
 
 def attend(scores, values, mask):
