@@ -83,13 +83,18 @@ class AdditiveAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model)
         self.v = nn.Parameter(torch.empty(num_heads, head).uniform_(-1 / math.sqrt(head), 1 / math.sqrt(head)))
 
+    def rows_per_chunk(self, q_len: int) -> int:
+        """``chunk_rows``, or q_len / d (per head): each chunk's (rows, keys, d) buffer is then no larger
+        than the score matrix."""
+        return self.chunk_rows or max(1, q_len // (self.d_model // self.num_heads))
+
     def projections(self, query, key, value):
         h = self.num_heads
         return split_heads(self.w_q(query), h), split_heads(self.w_k(key), h), split_heads(value, h)
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         qp, kp, values = self.projections(query, key, value)
-        chunk = self.chunk_rows or max(1, qp.shape[2] // qp.shape[3])
+        chunk = self.rows_per_chunk(qp.shape[2])
         scores = ChunkedAdditiveScores.apply(qp, kp, self.v, chunk)
         mask = combine_masks(attn_mask, is_causal, query.shape[1], key.shape[1], query.device)
         return merge_heads(attend(scores, values, mask))
@@ -127,7 +132,7 @@ def tanh_floor(module):
     def run(query, key, value, attn_mask=None, is_causal=False):
         batch, n, heads = query.shape[0], query.shape[1], module.num_heads
         width = module.d_model // heads
-        chunk = module.chunk_rows or max(1, n // width)
+        chunk = module.rows_per_chunk(n)
         source = torch.randn(batch, heads, chunk, key.shape[1], width, dtype=query.dtype, device=query.device)
         target = torch.empty_like(source)
         for start in range(0, n, chunk):
