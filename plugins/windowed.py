@@ -59,12 +59,13 @@ class WindowedAttention(nn.Module):
         their overlapping key windows as (blocks, heads, span, d) views: SDPA reads the caller's tensors in
         place and writes its output already in (seq, heads * d) order, so nothing is copied."""
         heads, block, span = self.num_heads, self.block, band.shape[-1]
-        start, stop = first * block, last * block
+        start, stop, left = first * block, last * block, self.window
+        right = span - block - left
         outputs = []
         for q, k, v in zip(query, key, value):  # one call per batch element: (batch, blocks) has no single stride
             q_blocks = q[start:stop].unflatten(0, (last - first, block)).unflatten(-1, (heads, -1)).transpose(1, 2)
             k_windows, v_windows = (
-                x[start - self.window:stop + span - block - self.window].unfold(0, span, block)
+                x[start - left:stop + right].unfold(0, span, block)
                 .unflatten(1, (heads, -1)).transpose(-1, -2)
                 for x in (k, v)
             )
@@ -73,8 +74,8 @@ class WindowedAttention(nn.Module):
         return torch.stack(outputs) if len(outputs) > 1 else outputs[0].unsqueeze(0)
 
     def _edge(self, query, key, value, start, stop, band, attn_mask):
-        """Query blocks [start, stop) with a mask per block (expanded to 4-D so torch's fused kernel still
-        applies): the edges, whose windows reach past the keys (padded with zeros and masked out), or every
+        """Query blocks [start, stop) with a mask per block (4-D, so torch's fused kernel still applies):
+        the edges, whose windows reach past the keys (padded with zeros and masked out), or every
         block under a user's mask. Rows with no allowed key give zeros."""
         batch, n, _ = query.shape
         heads, block, left, span = self.num_heads, self.block, self.window, band.shape[-1]
@@ -93,9 +94,10 @@ class WindowedAttention(nn.Module):
         if attn_mask is not None:
             query_pos = torch.arange(start * block, stop * block, device=query.device).view(blocks, block, 1)
             mask = mask & gathered_mask(attn_mask, query_pos, key_pos.unsqueeze(1), batch, heads, n, n)
-        mask = mask.expand(q_blocks.shape[0], *mask.shape[-3:])
-        row_ok = mask.any(dim=-1, keepdim=True)
-        out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=mask | ~row_ok)
+        row_ok = mask.any(dim=-1, keepdim=True)  # before any broadcast over batch * heads
+        allowed = mask | ~row_ok
+        allowed = allowed.view(*(1,) * (4 - allowed.dim()), *allowed.shape)  # SDPA sends a 3-D mask to its math path
+        out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=allowed)
         out = out.masked_fill(~row_ok, 0.0).view(batch, heads, blocks * block, value.shape[-1] // heads)
         return merge_heads(out[:, :, :rows])
 
