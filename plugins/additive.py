@@ -40,7 +40,7 @@ class ChunkedAdditiveScores(torch.autograd.Function):
         scores = qp.new_empty(batch, heads, q_len, kp.shape[2])
         v_row = v.view(1, heads, 1, width)
         for start, rows, hidden in tanh_chunks(qp, kp, chunk):
-            scores[:, :, start:start + rows] = (v_row @ hidden.flatten(3)).view(batch, heads, rows, -1)
+            scores[:, :, start:start + rows] = (v_row @ hidden.flatten(3)).view(batch, heads, rows, kp.shape[2])
         return scores
 
     @staticmethod
@@ -53,7 +53,7 @@ class ChunkedAdditiveScores(torch.autograd.Function):
         for start, rows, hidden in tanh_chunks(qp, kp, ctx.chunk):  # recomputed, not kept from forward
             g = grad_scores[:, :, start:start + rows]  # (b, h, rows, k)
             # d score / d v = hidden: one (d, rows * keys) @ (rows * keys, 1) product per head
-            grad_v += (hidden.flatten(3) @ g.reshape(batch, heads, -1, 1)).sum(dim=0).squeeze(-1)
+            grad_v += (hidden.flatten(3) @ g.reshape(batch, heads, rows * g.shape[-1], 1)).sum(dim=0).squeeze(-1)
             # d score / d hidden = v (1 - hidden^2): g - g hidden^2 in place, in two passes; v is constant
             # over queries and keys, so it is applied after summing
             g = g.unsqueeze(2)
