@@ -21,8 +21,10 @@ def tanh_chunks(qp, kp, chunk):
     (b, h, d, rows, keys) in one reused buffer. Features first, the sums over d (with v) and over rows * keys
     (in backward) are products over contiguous rows; the (rows * keys, d) @ (d, 1) form ran at a few GFLOP/s."""
     batch, heads, q_len, width = qp.shape
-    q_t = qp.transpose(2, 3).contiguous().unsqueeze(-1)
-    k_t = kp.transpose(2, 3).contiguous().unsqueeze(-2)
+    # detached: the autograd.Function gives the gradients, and add(out=) refuses inputs that require grad
+    # where graph capture (torch.export) traces this forward with grad mode on
+    q_t = qp.detach().transpose(2, 3).contiguous().unsqueeze(-1)
+    k_t = kp.detach().transpose(2, 3).contiguous().unsqueeze(-2)
     hidden = qp.new_empty(batch, heads, width, min(chunk, q_len), kp.shape[2])
     for start in range(0, q_len, chunk):
         rows = min(chunk, q_len - start)
