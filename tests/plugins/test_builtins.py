@@ -154,6 +154,22 @@ def test_linear_equals_quadratic_form_of_its_kernel(registry):
     assert torch.allclose(module(x, x, x, is_causal=True), expected, atol=1e-12, rtol=0)
 
 
+def test_causal_linear_backward_is_its_own_and_gradcheck_clean():
+    """The chunk states' exclusive prefix has a backward written for it (no flips, as autograd's cumsum
+    backward makes); gradients agree with float64 finite differences."""
+    from zoo.functional import ExclusivePrefixSum, kernel_attention
+
+    x = torch.randn(2, 3, 5, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.equal(ExclusivePrefixSum.apply(x, 2), x.cumsum(2) - x)
+    assert torch.autograd.gradcheck(lambda t: ExclusivePrefixSum.apply(t, 2), (x,))
+    fq, fk = (torch.rand(2, 2, 11, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    v = torch.randn(2, 2, 11, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b, c: kernel_attention(a, b, c, is_causal=True, chunk=4), (fq, fk, v))
+    with torch.autograd.profiler.profile() as run:
+        kernel_attention(fq, fk, v, is_causal=True, chunk=4).sum().backward()
+    assert not any(event.name == "aten::flip" for event in run.function_events)
+
+
 @pytest.mark.parametrize("name", BUILTINS)
 def test_builtins_keep_every_tensor_on_their_inputs_device(registry, name):
     """Checked on the meta device, the CI's stand-in for a GPU: not skipped, passed in every case."""
