@@ -228,9 +228,11 @@ def test_ctrl_c_while_the_first_worker_starts_stops_the_run_with_status_130(tmp_
     import subprocess
     import sys
 
+    # SIGINT at its default in the child, as in a terminal's foreground job: when the tests themselves run as a
+    # background job of a script, children inherit SIGINT ignored, and the run rightly ignores it
     process = subprocess.Popen([sys.executable, "-m", "zoo", "run", "dot-product", "linear", "--suite", "correctness",
                                 "--profile", "smoke", "--out", str(tmp_path)], stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     announced = process.stderr.readline()
     assert announced.startswith("zoo: run "), announced
     os.killpg(process.pid, signal.SIGINT)
@@ -239,6 +241,24 @@ def test_ctrl_c_while_the_first_worker_starts_stops_the_run_with_status_130(tmp_
     assert "interrupted" in rest
     runs = Store(tmp_path / "results.sqlite").runs()
     assert runs.empty or runs.finished.isna().all()  # nothing claims to be a finished run
+
+
+def test_an_ignored_ctrl_c_stays_ignored_while_workers_run():
+    """A background job of a script starts with SIGINT ignored; the runner's Ctrl-C handler leaves it so."""
+    import signal
+
+    from zoo.runner import CtrlC
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with CtrlC():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with CtrlC() as ctrl_c:
+            assert signal.getsignal(signal.SIGINT) == ctrl_c._on_signal
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_plugin_that_loads_in_the_runner_but_not_in_its_worker_says_why(write_plugin, tmp_path):

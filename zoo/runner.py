@@ -139,7 +139,9 @@ class CtrlC:
         self._previous = None
 
     def __enter__(self) -> "CtrlC":
-        if threading.current_thread() is threading.main_thread():  # signal handlers live on the main thread
+        # Signal handlers live on the main thread. An ignored SIGINT stays ignored: a background job of a
+        # script starts that way, and the shell means it to outlive a Ctrl-C meant for the foreground.
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             self._previous = signal.signal(signal.SIGINT, self._on_signal)
         return self
 
