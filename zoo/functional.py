@@ -147,8 +147,7 @@ def _causal_chunked(fq: Tensor, fk: Tensor, v: Tensor, size: int) -> Tensor:
 class ExclusivePrefixSum(torch.autograd.Function):
     """x[0] + ... + x[i - 1] along ``dim`` (zero at i = 0). Its gradient, the sum over the later positions,
     is the total minus an inclusive cumsum: one pass, where autograd's cumsum backward flips the gradient,
-    sums and flips it back (two full copies of the chunk states, about a fifth of linear attention's
-    causal backward at n=16384)."""
+    sums and flips it back (two full copies of the chunk states)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, dim: int) -> Tensor:
