@@ -55,6 +55,26 @@ def test_the_deprecated_exact_tag_still_works_and_says_what_to_write_instead():
         assert _variant(tags=zoo.Tags(exact=True)).approximates is None
 
 
+@pytest.mark.parametrize("bounds, message", [
+    ({}, "give at_most, at_least or both"),
+    ({"at_most": "3"}, "at_most must be a finite number, got '3'"),
+    ({"at_least": True}, "at_least must be a finite number"),
+    ({"at_most": float("nan")}, "at_most must be a finite number"),
+    ({"at_least": 2, "at_most": 1}, "at_least 2 is above at_most 1"),
+])
+def test_a_target_needs_a_finite_bound_and_names_the_check(bounds, message):
+    with pytest.raises(RegistrationError) as caught:
+        zoo.Target("peak-fraction", **bounds)
+    assert message in str(caught.value) and "'peak-fraction'" in str(caught.value)
+
+
+def test_a_target_is_met_inside_its_bounds_only():
+    ceiling, floor, band = zoo.Target("x", 3), zoo.Target("x", at_least=0.4), zoo.Target("x", 2, at_least=1)
+    assert ceiling.met_by(3) and not ceiling.met_by(3.01) and ceiling.bound() == "<= 3"
+    assert floor.met_by(0.4) and not floor.met_by(0.39) and floor.bound() == ">= 0.4"
+    assert band.met_by(1.5) and not band.met_by(0.9) and not band.met_by(2.1) and band.bound() == "1 to 2"
+
+
 @pytest.mark.parametrize("time, memory", [(0, 1), (5, 1), (2, -1), ("2", 1)])
 def test_complexity_claims_must_be_exponents_in_range(time, memory):
     with pytest.raises(RegistrationError, match="complexity"):

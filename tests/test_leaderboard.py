@@ -78,3 +78,24 @@ def test_line_end_labels_never_overlap_and_every_line_looks_different():
     assert len(heights) == 8 and all(b - a >= 0.07 - 1e-9 for a, b in zip(heights, heights[1:]))
     plt.close(fig)
     assert len({_line_style(i) for i in range(40)}) == 40
+
+
+def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_still_read():
+    from zoo.leaderboard import _target_rows
+
+    where = {"variant": "v", "mode": "full", "phase": "fwd"}
+    results = pd.DataFrame([{**where, "check": "peak-fraction", "n": 16384, "value": 0.55},
+                            {**where, "check": "peak-fraction", "n": 4096, "value": 0.3},
+                            {**where, "check": "x-torch-sdpa", "n": 16384, "value": 0.05}])
+    target = {"mode": "full", "phase": "fwd", "n": 16384, "note": ""}
+    cards = {"v": {"card": {"targets": [
+        {**target, "check": "peak-fraction", "at_most": None, "at_least": 0.4},
+        {**target, "check": "peak-fraction", "at_most": None, "at_least": 0.6},
+        {**target, "check": "peak-fraction", "at_most": None, "at_least": 0.4, "n": None},
+        {**target, "check": "x-torch-sdpa", "at_most": 0.0667},  # recorded before at_least existed
+        {**target, "check": "backward-cost", "at_most": 3}]}}}
+    rows = _target_rows(results, cards, ["v"])
+    assert [(r["goal"], r["verdict"]) for r in rows] == [
+        (">= 0.4", "met"), (">= 0.6", "not met"), (">= 0.4", "not met"), ("<= 0.0667", "met"),
+        ("<= 3", "not measured in this run")]
+    assert rows[2]["measured"] == "n=16384: 0.55, n=4096: 0.3"

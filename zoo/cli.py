@@ -69,7 +69,7 @@ def cmd_show(args) -> int:
     if v.peers:
         print(f"  peers:      {', '.join(v.peers)} (other libraries' implementations, timed beside it, forward only)")
     for target in v.targets:
-        print(f"  target:     {target.note or target.check} ({target.check} <= {target.at_most:.3g})")
+        print(f"  target:     {target.note or target.check} ({target.check} {target.bound()})")
     print(f"  origin:     {v.origin.label()}")
     return 0
 

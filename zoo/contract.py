@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 import warnings
 from dataclasses import dataclass, field, fields
@@ -112,15 +113,39 @@ class Target:
     """A goal a plugin sets for itself, judged by the leaderboard against measured rows.
 
     Met when every measured value of ``check`` (in ``mode``/``phase``, at ``n`` or at every measured n
-    when ``n`` is None) is at most ``at_most``; "not measured" when the run has no such row.
+    when ``n`` is None) is at most ``at_most`` and at least ``at_least`` (give one or both: a time ratio
+    wants an upper bound, an achieved fraction of the machine's peak a lower one); "not measured" when the
+    run has no such row.
     """
 
     check: str
-    at_most: float
+    at_most: float | None = None
     mode: str = "full"
     phase: str = "fwd"
     n: int | None = None
     note: str = ""
+    at_least: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("at_most", "at_least"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise RegistrationError(f"target {self.check!r}: {name} must be a finite number, got {value!r}")
+        if self.at_most is None and self.at_least is None:
+            raise RegistrationError(f"target {self.check!r}: give at_most, at_least or both")
+        if self.at_most is not None and self.at_least is not None and self.at_least > self.at_most:
+            raise RegistrationError(f"target {self.check!r}: at_least {self.at_least!r} is above at_most {self.at_most!r}")
+
+    def bound(self) -> str:
+        """The goal as the board shows it, e.g. "<= 3" or ">= 0.4"."""
+        if self.at_most is not None and self.at_least is not None:
+            return f"{self.at_least:.3g} to {self.at_most:.3g}"
+        return f"<= {self.at_most:.3g}" if self.at_most is not None else f">= {self.at_least:.3g}"
+
+    def met_by(self, value: float) -> bool:
+        return ((self.at_most is None or value <= self.at_most)
+                and (self.at_least is None or value >= self.at_least))
 
 
 Baseline = Callable[[Any], Callable[..., Any]]

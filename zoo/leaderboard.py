@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from tabulate import tabulate
 from .checks import BAD, ERROR, FAILED, MEASURED, PASSED, SKIPPED
 from . import webpage
 from .store import RESULT_COLUMNS, Store, device_kind
-from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA
+from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA, Target
 
 RANK_MODE, RANK_PHASE = "full", "fwd+bwd"
 PLOT_FILES = ("time.png", "flops.png", "memory.png", "accuracy-vs-speed.png", "recall-vs-pairs.png")
@@ -223,7 +223,7 @@ def _variant_page(results, provenance, variant, targets) -> dict:
         "claims": claims,
         "checks": [{"suite": r.suite, "check": r.check, "setting": r.setting or "", "status": r.status,
                     "detail": "" if pd.isna(r.detail) else r.detail} for r in checks.itertuples()],
-        "targets": [{k: t[k] for k in ("target", "where", "at most", "measured", "verdict")} for t in targets],
+        "targets": [{k: t[k] for k in ("target", "where", "goal", "measured", "verdict")} for t in targets],
         "provenance": {"origin": _origin(provenance), "runs": ", ".join(sorted(set(mine.run_id))),
                        **{k: str(v) for k, v in provenance.items() if k != "card" and not isinstance(v, (dict, list))}},
     }
@@ -726,20 +726,20 @@ def _targets_section(results, cards, variants) -> list[str]:
 def _target_rows(results, cards, variants) -> list[dict]:
     rows = []
     for variant in variants:
-        for target in cards[variant].get("card", {}).get("targets", []):
-            sel = results[(results.variant == variant) & (results.check == target["check"])
-                          & (results["mode"] == target["mode"]) & (results.phase == target["phase"])].dropna(subset=["value"])
-            if target["n"] is not None:
-                sel = sel[sel.n == target["n"]]
+        for recorded in cards[variant].get("card", {}).get("targets", []):
+            target = Target(**{f.name: recorded[f.name] for f in fields(Target) if f.name in recorded})
+            sel = results[(results.variant == variant) & (results.check == target.check)
+                          & (results["mode"] == target.mode) & (results.phase == target.phase)].dropna(subset=["value"])
+            if target.n is not None:
+                sel = sel[sel.n == target.n]
             if sel.empty:
                 verdict, measured = "not measured in this run", ""
             else:
-                ok = bool((sel.value <= target["at_most"]).all())
-                verdict = "met" if ok else "not met"
+                verdict = "met" if all(target.met_by(v) for v in sel.value) else "not met"
                 measured = ", ".join(f"n={int(r.n)}: {r.value:.3g}" for r in sel.itertuples())
-            where = f"n={target['n']}" if target["n"] is not None else "every timed n"
-            rows.append({"variant": variant, "target": target["note"], "measure": target["check"],
-                         "where": f"{target['mode']} {target['phase']}, {where}", "at most": f"{target['at_most']:.3g}",
+            where = f"n={target.n}" if target.n is not None else "every timed n"
+            rows.append({"variant": variant, "target": target.note, "measure": target.check,
+                         "where": f"{target.mode} {target.phase}, {where}", "goal": target.bound(),
                          "measured": measured, "verdict": verdict})
     return rows
 

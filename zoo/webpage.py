@@ -150,7 +150,7 @@ function showVariant(name) {
   const status = s => "status-" + s;
   section(panel, "Checks (" + v.checks.length + " rows)", table(v.checks, ["suite", "check", "setting", "status", "detail"], {status}));
   const verdict = s => "verdict-" + String(s).replace(/ /g, "-");
-  section(panel, "Targets", v.targets.length ? table(v.targets, ["target", "where", "at most", "measured", "verdict"], {verdict}) : text("none declared"));
+  section(panel, "Targets", v.targets.length ? table(v.targets, ["target", "where", "goal", "measured", "verdict"], {verdict}) : text("none declared"));
   section(panel, "Provenance", table(Object.entries(v.provenance).map(([k, value]) => ({field: k, value})), ["field", "value"]));
   panel.hidden = false;
 }
