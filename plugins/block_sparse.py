@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import gathered_mask, masked_sdpa, merge_heads, split_heads
+from zoo.functional import gathered_mask, masked_sdpa, merge_heads, sdpa_zeroing_empty_rows, split_heads
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -93,14 +93,9 @@ class BlockSparseAttention(nn.Module):
                 mask = mask & (key_pos <= query_pos)
             if attn_mask is not None:
                 mask = mask & gathered_mask(attn_mask, query_pos, key_pos, batch, heads, n, n)
-            row_ok = mask.any(dim=-1, keepdim=True)  # on the mask before it is broadcast: (rows, 1 or block, 1)
-            allowed = (mask | ~row_ok).expand(*mask.shape[:-2], block, slots * block)
-            # 4-D, with a leading 1 unless the user's mask differs per batch element or head: SDPA sends a 3-D
-            # mask to its unfused math path, and converts a mask expanded over batch * heads at full size
-            allowed = allowed.view(*(1,) * (4 - allowed.dim()), *allowed.shape)
             q_local = q[:, :, global_rows * block:].reshape(batch * heads, len(local_rows), block, width)
-            local = F.scaled_dot_product_attention(q_local, k_gathered, v_gathered, attn_mask=allowed)
-            out.append(local.masked_fill(~row_ok, 0.0).view(batch, heads, len(local_rows) * block, width))
+            local = sdpa_zeroing_empty_rows(q_local, k_gathered, v_gathered, mask)  # mask: (rows, 1 or block, slots * block)
+            out.append(local.view(batch, heads, len(local_rows) * block, width))
         return merge_heads(torch.cat(out, dim=2)[:, :, :n])
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import gathered_mask, merge_heads, split_heads
+from zoo.functional import gathered_mask, merge_heads, sdpa_zeroing_empty_rows, split_heads
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -94,11 +94,8 @@ class WindowedAttention(nn.Module):
         if attn_mask is not None:
             query_pos = torch.arange(start * block, stop * block, device=query.device).view(blocks, block, 1)
             mask = mask & gathered_mask(attn_mask, query_pos, key_pos.unsqueeze(1), batch, heads, n, n)
-        row_ok = mask.any(dim=-1, keepdim=True)  # before any broadcast over batch * heads
-        allowed = mask | ~row_ok
-        allowed = allowed.view(*(1,) * (4 - allowed.dim()), *allowed.shape)  # SDPA sends a 3-D mask to its math path
-        out = F.scaled_dot_product_attention(q_blocks, k_windows, v_windows, attn_mask=allowed)
-        out = out.masked_fill(~row_ok, 0.0).view(batch, heads, blocks * block, value.shape[-1] // heads)
+        out = sdpa_zeroing_empty_rows(q_blocks, k_windows, v_windows, mask)
+        out = out.view(batch, heads, blocks * block, value.shape[-1] // heads)
         return merge_heads(out[:, :, :rows])
 
 

@@ -70,9 +70,22 @@ def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None
     if attn_mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa)
     mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2], q.device)
-    row_empty = ~mask.any(dim=-1, keepdim=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | row_empty, enable_gqa=enable_gqa)
-    return out.masked_fill(row_empty, 0.0)
+    return sdpa_zeroing_empty_rows(q, k, v, mask, enable_gqa)
+
+
+def sdpa_zeroing_empty_rows(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, enable_gqa: bool = False) -> Tensor:
+    """torch SDPA under a boolean mask (True: may attend) that broadcasts to its scores, with zeros for rows
+    that may attend to nothing (given every key inside SDPA, so no NaN appears in forward or backward).
+
+    The empty-row test runs on the mask as given, before SDPA broadcasts it, so it costs the mask's size
+    and not batch x heads times it. The mask reaches SDPA 4-D (leading 1s added): a 3-D mask sends torch
+    SDPA to its unfused math path. Pass the mask unexpanded: SDPA converts an expanded mask at full size.
+    """
+    row_ok = mask.any(dim=-1, keepdim=True)
+    allowed = mask | ~row_ok
+    allowed = allowed.view(*(1,) * (4 - allowed.dim()), *allowed.shape)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=enable_gqa)
+    return out.masked_fill(~row_ok, 0.0)
 
 
 def call_torch_mha(mha: torch.nn.MultiheadAttention, query: Tensor, key: Tensor, value: Tensor,
