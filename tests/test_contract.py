@@ -70,8 +70,8 @@ def test_a_target_needs_a_finite_bound_and_names_the_check(bounds, message):
 
 def test_a_target_is_met_inside_its_bounds_only():
     ceiling, floor, band = zoo.Target("x", 3), zoo.Target("x", at_least=0.4), zoo.Target("x", 2, at_least=1)
-    assert ceiling.met_by(3) and not ceiling.met_by(3.01) and ceiling.bound() == "<= 3"
-    assert floor.met_by(0.4) and not floor.met_by(0.39) and floor.bound() == ">= 0.4"
+    assert ceiling.met_by(3) and not ceiling.met_by(3.01) and ceiling.bound() == "at most 3"
+    assert floor.met_by(0.4) and not floor.met_by(0.39) and floor.bound() == "at least 0.4"
     assert band.met_by(1.5) and not band.met_by(0.9) and not band.met_by(2.1) and band.bound() == "1 to 2"
 
 

@@ -96,6 +96,7 @@ def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_
         {**target, "check": "backward-cost", "at_most": 3}]}}}
     rows = _target_rows(results, cards, ["v"])
     assert [(r["goal"], r["verdict"]) for r in rows] == [
-        (">= 0.4", "met"), (">= 0.6", "not met"), (">= 0.4", "not met"), ("<= 0.0667", "met"),
-        ("<= 3", "not measured in this run")]
+        ("at least 0.4", "met"), ("at least 0.6", "not met"), ("at least 0.4", "not met"),
+        ("at most 0.0667", "met"),
+        ("at most 3", "not measured in this run")]
     assert rows[2]["measured"] == "n=16384: 0.55, n=4096: 0.3"

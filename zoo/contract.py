@@ -138,10 +138,10 @@ class Target:
             raise RegistrationError(f"target {self.check!r}: at_least {self.at_least!r} is above at_most {self.at_most!r}")
 
     def bound(self) -> str:
-        """The goal as the board shows it, e.g. "<= 3" or ">= 0.4"."""
+        """The goal in words, as the board and `zoo show` give it: "at most 3", "at least 0.4", "0.4 to 3"."""
         if self.at_most is not None and self.at_least is not None:
             return f"{self.at_least:.3g} to {self.at_most:.3g}"
-        return f"<= {self.at_most:.3g}" if self.at_most is not None else f">= {self.at_least:.3g}"
+        return f"at most {self.at_most:.3g}" if self.at_most is not None else f"at least {self.at_least:.3g}"
 
     def met_by(self, value: float) -> bool:
         return ((self.at_most is None or value <= self.at_most)
