@@ -4,6 +4,7 @@ import multiprocessing
 import signal
 import sqlite3
 
+import pytest
 from conftest import good_plugin, run_zoo
 from zoo.store import Store
 
@@ -108,3 +109,83 @@ def test_jobs_that_ran_elsewhere_are_filed_under_their_own_device(tmp_path):
     assert store.device_kinds(run) == ["cuda (NVIDIA H200)"]
     store.record_job(run, "linear", "speed", "done", 1.0, {"card": {}}, [])  # an older record: the run's own
     assert store.device_kinds(run) == ["cuda (NVIDIA H200)", "cuda (unavailable)"]
+
+
+def test_a_fresh_checkout_rebuilds_the_board_and_keeps_accumulating_from_the_committed_export(tmp_path):
+    import shutil
+
+    import pandas as pd
+
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+    assert _run(out).returncode == 0
+    assert run_zoo("run", "linear", "--suite", "correctness", "--profile", "smoke", "--out", out, timeout=300).returncode == 0
+    original = Store(out / "results.sqlite")
+    runs = list(original.runs().run_id)
+    board = (out / "README.md").read_text()
+    assert all(run in board for run in runs)  # dot-product's rows are from the first run, linear's from the second
+    shutil.copytree(out, fresh, ignore=shutil.ignore_patterns("results.sqlite*"))  # what git holds
+
+    rendered = run_zoo("leaderboard", "--out", fresh, timeout=120)
+    assert rendered.returncode == 0, rendered.stderr
+    assert (fresh / "README.md").read_text() == board
+    assert (fresh / "runs.jsonl").read_bytes() == (out / "runs.jsonl").read_bytes()
+    rebuilt = Store(fresh / "results.sqlite")
+    for run in runs:
+        pd.testing.assert_frame_equal(rebuilt.results(run), original.results(run))
+        pd.testing.assert_frame_equal(rebuilt.jobs(run), original.jobs(run))
+        assert rebuilt.settings(run) == original.settings(run) and rebuilt.environment(run) == original.environment(run)
+
+    shutil.rmtree(fresh)
+    shutil.copytree(out, fresh, ignore=shutil.ignore_patterns("results.sqlite*"))
+    assert run_zoo("run", "linear", "--suite", "correctness", "--profile", "smoke", "--out", fresh, timeout=300).returncode == 0
+    again = Store(fresh / "results.sqlite")
+    assert set(runs) < set(again.runs().run_id)  # the new run was added to the imported ones
+    assert runs[0] in (fresh / "README.md").read_text()  # dot-product still shown, from the committed first run
+
+
+def test_an_export_with_a_bad_line_is_refused_by_file_and_line_and_nothing_is_added(tmp_path):
+    from zoo.store import StoreError, export_runs, import_runs
+
+    source = Store(tmp_path / "a.sqlite")
+    run = source.start_run({"name": "test"}, {}, "2026-01-01 00:00:00")
+    source.record_job(run, "v", "s", "done", 0.1, {}, [{"check": "c", "status": "measured", "value": 1.0}])
+    export = export_runs(source, [run], tmp_path / "runs.jsonl")
+    lines = export.read_text().splitlines()
+    target = Store(tmp_path / "b.sqlite")
+    for bad, message in (("{not json", "line 2: not a zoo runs export line"),
+                         ('{"table": "jobs", "run_id": "x", "dropped": 1}', "line 2: a jobs record with columns ['dropped']"),
+                         ('{"table": "nothing", "run_id": "x"}', "line 2: not a zoo runs export line")):
+        export.write_text("\n".join([lines[0], bad, *lines[1:]]) + "\n")
+        with pytest.raises(StoreError) as refused:
+            import_runs(target, export)
+        assert message in str(refused.value) and "runs.jsonl" in str(refused.value), str(refused.value)
+        assert target.runs().empty
+    export.write_text("\n".join(lines) + "\n")
+    assert import_runs(target, export) == [run] and import_runs(target, export) == []
+
+
+def _open_store(folder):
+    from zoo.store import open_store
+
+    open_store(folder)
+
+
+def test_processes_opening_a_fresh_folder_at_once_add_its_exported_runs_once(tmp_path):
+    from zoo.store import export_runs
+
+    source = Store(tmp_path / "a.sqlite")
+    ids = [source.start_run({"name": "test"}, {}, f"2026-01-01 00:00:0{i}") for i in range(3)]
+    for run in ids:
+        source.record_job(run, "v", "s", "done", 0.1, {}, [{"check": "c", "status": "measured", "value": 1.0}] * 50)
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    export_runs(source, ids, folder / "runs.jsonl")
+    workers = [multiprocessing.Process(target=_open_store, args=(folder,)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    with sqlite3.connect(folder / "results.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 3
+        assert db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3 * 50

@@ -16,7 +16,7 @@ from pathlib import Path
 from .contract import OptionError, ZooError
 
 DEFAULT_OUT = "leaderboard"
-DATABASE = "results.sqlite"  # zoo.harness.DATABASE, without importing the harness for --help
+DATABASE, EXPORT = "results.sqlite", "runs.jsonl"  # zoo.store's, without importing pandas for --help
 
 
 def _registry(args):
@@ -195,12 +195,12 @@ def _summary(results) -> None:
 
 def cmd_leaderboard(args) -> int:
     from .leaderboard import render
-    from .store import Store
+    from .store import open_store
 
     path = Path(args.out) / DATABASE
-    if not path.exists():
-        raise OptionError(f"--out: no results database at {str(path)!r}; run `zoo run-all` first")
-    store = Store(path, readonly=True)
+    if not path.exists() and not (Path(args.out) / EXPORT).exists():
+        raise OptionError(f"--out: no results database at {str(path)!r} nor its export {EXPORT}; run `zoo run-all` first")
+    store = open_store(Path(args.out), readonly=True)
     if args.by == "device":
         return _leaderboard_by_device(store, Path(args.out))
     if args.run:
@@ -239,7 +239,7 @@ def _leaderboard_by_device(store, out: Path) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .store import Store, merge
+    from .store import merge, open_store
 
     from .harness import _writable_dir
 
@@ -247,7 +247,7 @@ def cmd_merge(args) -> int:
     for source in args.databases:
         if not Path(source).is_file():
             raise OptionError(f"DATABASE: no such file {source!r}")
-        copied = merge(Store(out / DATABASE), source)
+        copied = merge(open_store(out), source)
         print(f"zoo: merged {len(copied)} run(s) from {source}", file=sys.stderr)
     return 0
 
@@ -305,12 +305,12 @@ def cmd_compare(args) -> int:
     from tabulate import tabulate
 
     from .compare import PRACTICAL_CHANGE, differences, exponent_changes, status_changes, timing_changes
-    from .store import Store
+    from .store import open_store
 
     path = Path(args.out) / DATABASE
-    if not path.exists():
-        raise OptionError(f"--out: no results database at {str(path)!r}")
-    store = Store(path, readonly=True)
+    if not path.exists() and not (Path(args.out) / EXPORT).exists():
+        raise OptionError(f"--out: no results database at {str(path)!r} nor its export {EXPORT}")
+    store = open_store(Path(args.out), readonly=True)
     resolved = [_resolve_run(store, given, path) for given in (args.run_a, args.run_b)]
     a, b = (store.results(r) for r in resolved)
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")

@@ -20,7 +20,6 @@ import pandas as pd
 
 from .contract import OptionError
 
-DATABASE = "results.sqlite"
 SCRATCH = ".zoo-cache"  # executors' temporary files (Ray's), inside the output folder
 BUILTIN_SUITES = ("correctness", "complexity", "speed", "quality")  # profiles choose among these
 MAX_LENGTH = 2 ** 20  # the plan counts real calls at the two smallest lengths: keep those allocatable
@@ -40,7 +39,7 @@ def run(variants: Iterable[str] | None = None, *, filters: Iterable[str] | None 
     from .leaderboard import render
     from .registry import load_registry
     from .runner import LocalExecutor, RunOptions, execute, now, plan_jobs, worker_memory_limit
-    from .store import Store
+    from .store import DATABASE, open_store
 
     # select
     registry = registry or load_registry(plugins_dirs)
@@ -63,7 +62,7 @@ def run(variants: Iterable[str] | None = None, *, filters: Iterable[str] | None 
     if retry_errors and not resume:
         raise OptionError("--retry-errors: only with --resume")
     folder = _writable_dir(out)
-    store = Store(folder / DATABASE)
+    store = open_store(folder)  # with the runs of a committed board's export, on a fresh checkout
     run_id = store.latest_run(unfinished=not retry_errors) if resume else None
     if resume and run_id is None:
         raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run in {str(folder / DATABASE)!r}")

@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from .checks import BAD, ERROR, FAILED, MEASURED, PASSED, SKIPPED
 from . import webpage
-from .store import RESULT_COLUMNS, Store, device_kind
+from .store import EXPORT, RESULT_COLUMNS, Store, device_kind, export_runs
 from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA, Target
 
 RANK_MODE, RANK_PHASE = "full", "fwd+bwd"
@@ -157,7 +157,8 @@ def board_rows(store: Store, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     """Write README.md, results.csv and the plots for ``run_id`` (and the latest comparable results of the
-    variants it did not run: :func:`board_rows`) into ``out_dir``; return the paths."""
+    variants it did not run: :func:`board_rows`) into ``out_dir``, with every run they show as
+    :data:`~zoo.store.EXPORT`, from which a fresh checkout rebuilds the store; return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results, jobs = board_rows(store, run_id)
     env = {**store.environment(run_id), **_ran_on(jobs)}
@@ -170,6 +171,7 @@ def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
     tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
         ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(written[0], index=False)
     quality, quality_runs = _quality_results(store, results)
+    written.append(export_runs(store, set(results.run_id) | set(quality_runs), out_dir / EXPORT))
     plots = _plots(results, out_dir)
     plots += [p for p in (_quality_plot(results, quality, store.settings(run_id).get("reference_length"), out_dir),
                           _recall_plot(quality, out_dir)) if p]

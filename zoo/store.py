@@ -8,6 +8,7 @@ the same file. Nothing read back is unpickled or evaluated: values are plain col
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import uuid
 from contextlib import closing
@@ -20,6 +21,9 @@ from .checks import RESULT_FIELDS
 from .contract import ZooError
 
 RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
+DATABASE = "results.sqlite"
+EXPORT = "runs.jsonl"
+"""Beside a board: its runs as JSON lines (:func:`export_runs`), committed in place of the database."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -188,22 +192,88 @@ def merge(target: Store, source_path: str | Path) -> list[str]:
     """Copy the runs of another results database (another machine's) into ``target``; runs already
     present are left alone; the source is only read. Returns the ids of the runs copied."""
     source = Store(source_path, readonly=True)
-    existing = set(target.runs().run_id)
-    copied = [r for r in source.runs().run_id if r not in existing]
-    if not copied:
-        return []
-    marks = ",".join("?" * len(copied))
     with closing(source._connect()) as other:
-        present = _columns(other)
-        columns = "run_id, " + ", ".join(f'"{c}"' if c in present else "NULL" for c in RESULT_COLUMNS)
-        rows = {table: other.execute(f"SELECT {select} FROM {table} WHERE run_id IN ({marks})", copied).fetchall()
-                for table, select in (("runs", "*"), ("jobs", "*"), ("results", columns))}
+        tables = _read_runs(other, list(source.runs().run_id))
+    return _add_runs(target, tables)
+
+
+def export_runs(store: Store, run_ids: Iterable[str], path: Path) -> Path:
+    """Write the runs ``run_ids`` (settings, environment, jobs with their provenance, every row) to ``path``
+    as JSON lines: the text form of the store committed beside a board, since the SQLite file is not
+    committed. :func:`open_store` rebuilds the store from it. Written in a fixed order, so re-rendering the
+    same runs writes the same bytes, and through a temporary file, so an interrupted write leaves the old one."""
+    with closing(store._connect()) as db:
+        tables = _read_runs(db, sorted(run_ids))
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", encoding="utf-8") as out:
+        for table, rows in tables.items():
+            for row in rows:
+                out.write(json.dumps({"table": table, **row}, sort_keys=True) + "\n")
+    os.replace(partial, path)
+    return path
+
+
+def import_runs(target: Store, path: Path) -> list[str]:
+    """Add the runs of an :func:`export_runs` file that ``target`` lacks; returns their ids. A line that is
+    not a record of this format is refused with its file and line number, before anything is written."""
+    tables: dict[str, list[dict]] = {table: [] for table in TABLE_COLUMNS}
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                table = record.pop("table")
+                unknown = set(record) - set(TABLE_COLUMNS[table])
+            except (ValueError, AttributeError, KeyError, TypeError) as exc:
+                raise StoreError(f"{str(path)!r} line {number}: not a zoo runs export line ({exc!r})") from None
+            if unknown or "run_id" not in record:
+                raise StoreError(f"{str(path)!r} line {number}: a {table} record with columns "
+                                 f"{sorted(unknown) or 'but no run_id'} this zoo does not know")
+            tables[table].append(record)
+    return _add_runs(target, tables)
+
+
+def open_store(folder: Path, readonly: bool = False) -> Store:
+    """The folder's results database, first given the runs of the folder's committed export
+    (:data:`EXPORT`) that it lacks: a fresh checkout has only the export, and a board rendered or a run
+    made there would otherwise lose every row it showed from earlier runs. Read-only: an existing database
+    is left as it is; a missing one is built from the export."""
+    path, export = folder / DATABASE, folder / EXPORT
+    if export.is_file() and not (readonly and path.exists()):
+        import_runs(Store(path), export)
+    return Store(path, readonly=readonly)
+
+
+TABLE_COLUMNS = {
+    "runs": ("run_id", "started", "profile", "settings", "environment", "finished"),
+    "jobs": ("run_id", "variant", "suite", "status", "seconds", "provenance"),
+    "results": ("run_id", *RESULT_COLUMNS),
+}
+
+
+def _read_runs(db: sqlite3.Connection, run_ids: list[str]) -> dict[str, list[dict]]:
+    """The runs' records in each table, in the order they were written (a run's jobs newest last)."""
+    present, marks = _columns(db), ",".join("?" * len(run_ids))
+    tables = {}
+    for table, columns in TABLE_COLUMNS.items():
+        select = ", ".join(f'"{c}"' if table != "results" or c in present else f'NULL AS "{c}"' for c in columns)
+        rows = db.execute(f"SELECT {select} FROM {table} WHERE run_id IN ({marks}) ORDER BY run_id, rowid", run_ids)
+        tables[table] = [dict(zip(columns, row)) for row in rows]
+    return tables
+
+
+def _add_runs(target: Store, tables: dict[str, list[dict]]) -> list[str]:
+    """Insert the runs ``target`` lacks, in one transaction that also decides which it lacks (so two
+    processes adding the same runs at once cannot both add them)."""
     with closing(target._connect()) as db, db:
-        for table, names in (("runs", ""), ("jobs", ""), ("results", f" (run_id, {_COLUMN_LIST})")):
-            if rows[table]:
-                width = len(rows[table][0])
-                db.executemany(f"INSERT INTO {table}{names} VALUES ({', '.join('?' * width)})", rows[table])
-    return copied
+        db.execute("BEGIN IMMEDIATE")
+        existing = {row[0] for row in db.execute("SELECT run_id FROM runs")}
+        new = [r["run_id"] for r in tables["runs"] if r["run_id"] not in existing]
+        adding = set(new)
+        for table, columns in TABLE_COLUMNS.items():
+            names = ", ".join(f'"{c}"' for c in columns)
+            db.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})",
+                           [tuple(r.get(c) for c in columns) for r in tables[table] if r["run_id"] in adding])
+    return new
 
 
 def device_kind(environment: dict) -> str:
