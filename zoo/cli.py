@@ -195,12 +195,8 @@ def _summary(results) -> None:
 
 def cmd_leaderboard(args) -> int:
     from .leaderboard import render
-    from .store import open_store
 
-    path = Path(args.out) / DATABASE
-    if not path.exists() and not (Path(args.out) / EXPORT).exists():
-        raise OptionError(f"--out: no results database at {str(path)!r} nor its export {EXPORT}; run `zoo run-all` first")
-    store = open_store(Path(args.out), readonly=True)
+    store, path = _read_only_store(args.out)
     if args.by == "device":
         return _leaderboard_by_device(store, Path(args.out))
     if args.run:
@@ -219,6 +215,17 @@ def _version() -> str:
         return version("attention-zoo")
     except PackageNotFoundError:  # run from a source tree that is not installed
         return "unknown (not installed)"
+
+
+def _read_only_store(out: str):
+    """``--out``'s results database for a command that only reads it (built from the committed export
+    where a fresh checkout has only that), and its path; a one-line error where there is neither."""
+    from .store import open_store
+
+    path = Path(out) / DATABASE
+    if not path.exists() and not (Path(out) / EXPORT).exists():
+        raise OptionError(f"--out: no results database at {str(path)!r} nor its export {EXPORT}; run `zoo run-all` first")
+    return open_store(Path(out), readonly=True), path
 
 
 def _resolve_run(store, given: str, path: Path, label: str = "") -> str:
@@ -305,12 +312,8 @@ def cmd_compare(args) -> int:
     from tabulate import tabulate
 
     from .compare import PRACTICAL_CHANGE, differences, exponent_changes, status_changes, timing_changes
-    from .store import open_store
 
-    path = Path(args.out) / DATABASE
-    if not path.exists() and not (Path(args.out) / EXPORT).exists():
-        raise OptionError(f"--out: no results database at {str(path)!r} nor its export {EXPORT}")
-    store = open_store(Path(args.out), readonly=True)
+    store, path = _read_only_store(args.out)
     resolved = [_resolve_run(store, given, path) for given in (args.run_a, args.run_b)]
     a, b = (store.results(r) for r in resolved)
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
