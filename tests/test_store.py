@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 from conftest import good_plugin, run_zoo
+from zoo.folder import BoardFolder
 from zoo.store import Store
 
 NAMES = ["dot-product", "linear"]
@@ -129,7 +130,8 @@ def test_a_fresh_checkout_rebuilds_the_board_and_keeps_accumulating_from_the_com
     assert rendered.returncode == 0, rendered.stderr
     assert (fresh / "README.md").read_text() == board
     assert (fresh / "runs.jsonl").read_bytes() == (out / "runs.jsonl").read_bytes()
-    rebuilt = Store(fresh / "results.sqlite")
+    assert not (fresh / "results.sqlite").exists()  # a command that only reads writes no database either
+    rebuilt = BoardFolder(fresh).for_reading()
     for run in runs:
         pd.testing.assert_frame_equal(rebuilt.results(run), original.results(run))
         pd.testing.assert_frame_equal(rebuilt.jobs(run), original.jobs(run))
@@ -143,35 +145,12 @@ def test_a_fresh_checkout_rebuilds_the_board_and_keeps_accumulating_from_the_com
     assert runs[0] in (fresh / "README.md").read_text()  # dot-product still shown, from the committed first run
 
 
-def test_an_export_with_a_bad_line_is_refused_by_file_and_line_and_nothing_is_added(tmp_path):
-    from zoo.store import StoreError, export_runs, import_runs
-
-    source = Store(tmp_path / "a.sqlite")
-    run = source.start_run({"name": "test"}, {}, "2026-01-01 00:00:00")
-    source.record_job(run, "v", "s", "done", 0.1, {}, [{"check": "c", "status": "measured", "value": 1.0}])
-    export = export_runs(source, [run], tmp_path / "runs.jsonl")
-    lines = export.read_text().splitlines()
-    target = Store(tmp_path / "b.sqlite")
-    for bad, message in (("{not json", "line 2: not a zoo runs export line"),
-                         ('{"table": "jobs", "run_id": "x", "dropped": 1}', "line 2: a jobs record with columns ['dropped']"),
-                         ('{"table": "nothing", "run_id": "x"}', "line 2: not a zoo runs export line")):
-        export.write_text("\n".join([lines[0], bad, *lines[1:]]) + "\n")
-        with pytest.raises(StoreError) as refused:
-            import_runs(target, export)
-        assert message in str(refused.value) and "runs.jsonl" in str(refused.value), str(refused.value)
-        assert target.runs().empty
-    export.write_text("\n".join(lines) + "\n")
-    assert import_runs(target, export) == [run] and import_runs(target, export) == []
-
-
-def _open_store(folder):
-    from zoo.store import open_store
-
-    open_store(folder)
+def _open_for_writing(folder):
+    BoardFolder(folder).for_writing()
 
 
 def test_processes_opening_a_fresh_folder_at_once_add_its_exported_runs_once(tmp_path):
-    from zoo.store import export_runs
+    from zoo.export import export_bytes
 
     source = Store(tmp_path / "a.sqlite")
     ids = [source.start_run({"name": "test"}, {}, f"2026-01-01 00:00:0{i}") for i in range(3)]
@@ -179,8 +158,8 @@ def test_processes_opening_a_fresh_folder_at_once_add_its_exported_runs_once(tmp
         source.record_job(run, "v", "s", "done", 0.1, {}, [{"check": "c", "status": "measured", "value": 1.0}] * 50)
     folder = tmp_path / "fresh"
     folder.mkdir()
-    export_runs(source, ids, folder / "runs.jsonl")
-    workers = [multiprocessing.Process(target=_open_store, args=(folder,)) for _ in range(4)]
+    (folder / "runs.jsonl").write_bytes(export_bytes(source.records().values()))
+    workers = [multiprocessing.Process(target=_open_for_writing, args=(folder,)) for _ in range(4)]
     for w in workers:
         w.start()
     for w in workers:

@@ -78,8 +78,16 @@ def _check_inputs(variant: _Identity, d_model: int, num_heads: int, options: dic
         raise VariantInputError(f"variant {variant.name!r}: {message}")
 
     for label, tensor in (("query", query), ("key", key), ("value", value)):
-        if not hasattr(tensor, "dim") or tensor.dim() != 3:
-            fail(f"{label} must be a (batch, seq, dim) tensor, got shape {tuple(getattr(tensor, 'shape', ()))}")
+        if not isinstance(tensor, torch.Tensor):
+            fail(f"{label} must be a tensor, got {type(tensor).__name__}")
+        if tensor.dim() != 3:
+            fail(f"{label} must be a (batch, seq, dim) tensor, got shape {tuple(tensor.shape)}")
+        if not tensor.is_floating_point():
+            fail(f"{label} must be a floating-point tensor, got {tensor.dtype}")
+    if not query.dtype == key.dtype == value.dtype:
+        fail(f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}")
+    if not query.device == key.device == value.device:
+        fail(f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}")
     if not query.shape[0] == key.shape[0] == value.shape[0]:
         fail(f"batch sizes differ: query {query.shape[0]}, key {key.shape[0]}, value {value.shape[0]}")
     if key.shape[1] != value.shape[1]:
@@ -101,6 +109,8 @@ def _check_inputs(variant: _Identity, d_model: int, num_heads: int, options: dic
             fail("attn_mask is not supported (capability accepts_attn_mask is False)")
         if getattr(attn_mask, "dtype", None) is not torch.bool:
             fail(f"attn_mask must be a boolean tensor (True = may attend), got {getattr(attn_mask, 'dtype', type(attn_mask))}")
+        if attn_mask.device != query.device:
+            fail(f"attn_mask must be on the inputs' device {query.device}, got {attn_mask.device}")
         target = (query.shape[0], num_heads, query.shape[1], key.shape[1])
         if attn_mask.dim() > 4 or not _broadcastable(tuple(attn_mask.shape), target):
             fail(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to (batch, heads, q_len, k_len) = {target}")

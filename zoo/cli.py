@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sqlite3
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .contract import OptionError, ZooError
@@ -109,16 +111,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_run(args) -> int:
-    from .harness import _profile, run
+    from .harness import run
 
-    _profile(args.profile, device=args.device, dtype=args.dtype, threads=args.threads, d_model=args.d_model,
-             heads=args.heads, lengths=_parse_lengths(args.lengths), executor=args.executor)  # bad values: before torch
-    registry = _registry(args)
     results = run(getattr(args, "names", None), filters=args.filter, suites=args.suite, profile=args.profile, out=args.out,
         device=args.device, dtype=args.dtype, threads=args.threads, d_model=args.d_model, heads=args.heads,
         lengths=_parse_lengths(args.lengths), repeats=args.repeats, options=_parse_options(args.option),
         timeout=args.timeout, memory_limit_gib=args.memory_limit, executor=args.executor, address=args.address,
-        resume=args.resume, retry_errors=args.retry_errors, plugins_dirs=args.plugins_dir, registry=registry,
+        resume=args.resume, retry_errors=args.retry_errors, plugins_dirs=args.plugins_dir, strict=args.strict,
+        warn=lambda message: print(f"zoo: warning: {message}", file=sys.stderr),
         command=" ".join(["zoo", *sys.argv[1:]]), progress=_progress_printer(sys.stderr))
     _summary(results)
     print(f"zoo: leaderboard written to {results.attrs['leaderboard']}", file=sys.stderr)
@@ -218,14 +218,17 @@ def _version() -> str:
 
 
 def _read_only_store(out: str):
-    """``--out``'s results database for a command that only reads it (built from the committed export
-    where a fresh checkout has only that), and its path; a one-line error where there is neither."""
-    from .store import open_store
+    """``--out``'s runs for a command that only reads them: the join of its database and its committed export,
+    in memory (neither file is written), and the database's path for messages."""
+    from .folder import BoardFolder
 
-    path = Path(out) / DATABASE
-    if not path.exists() and not (Path(out) / EXPORT).exists():
-        raise OptionError(f"--out: no results database at {str(path)!r} nor its export {EXPORT}; run `zoo run-all` first")
-    return open_store(Path(out), readonly=True), path
+    folder = BoardFolder(out)
+    store = folder.for_reading()
+    if folder.unexported:  # a board rendered from runs the committed export lacks: say how they get kept
+        shown = ", ".join(folder.unexported[:3]) + (", ..." if len(folder.unexported) > 3 else "")
+        print(f"zoo: warning: {len(folder.unexported)} run(s) in {DATABASE} are not in {EXPORT} yet ({shown}); "
+              f"the next `zoo run` or `zoo merge` into {out} adds them", file=sys.stderr)
+    return store, folder.database
 
 
 def _resolve_run(store, given: str, path: Path, label: str = "") -> str:
@@ -246,16 +249,30 @@ def _leaderboard_by_device(store, out: Path) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .store import merge, open_store
+    from .folder import BoardFolder
 
-    from .harness import _writable_dir
-
-    out = _writable_dir(args.out)
+    folder = BoardFolder(args.out)
     for source in args.databases:
-        if not Path(source).is_file():
-            raise OptionError(f"DATABASE: no such file {source!r}")
-        copied = merge(open_store(out), source)
-        print(f"zoo: merged {len(copied)} run(s) from {source}", file=sys.stderr)
+        added, present = folder.merge(source)
+        print(f"zoo: merged {len(added)} run(s) from {source}" + (f" ({present} already here)" if present else ""),
+              file=sys.stderr)
+    return 0
+
+
+def cmd_prune(args) -> int:
+    from .folder import BoardFolder
+    from .leaderboard import shown_runs
+
+    folder = BoardFolder(args.out)
+    reading = folder.for_reading()
+    latest = reading.latest_run()
+    if latest is None:
+        raise OptionError(f"--out: no run in {str(folder.path)!r}")
+    removed = folder.prune(shown_runs(reading, latest), dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for run in removed:
+        print(f"zoo: {verb} run {run.run_id} (started {run.run['started']}, {run.describe()})", file=sys.stderr)
+    print(f"zoo: {verb} {len(removed)} run(s); kept the runs the board of {latest} shows", file=sys.stderr)
     return 0
 
 
@@ -408,27 +425,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=("device",), help="one leaderboard per device kind, under OUT/by-device/")
     p.set_defaults(func=cmd_leaderboard)
 
-    p = sub.add_parser("merge", help="copy the runs of other results databases (other machines) into --out's")
-    p.add_argument("databases", nargs="+", metavar="DATABASE", help="a results.sqlite from another machine")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder holding the {DATABASE} to merge into")
+    p = sub.add_parser("merge", help="add the runs of other machines' results databases or exports to --out's")
+    p.add_argument("databases", nargs="+", metavar="DATABASE",
+                   help=f"a {DATABASE} or a {EXPORT} from another machine")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"board folder to merge into (its {DATABASE} and {EXPORT})")
     p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("prune", help="remove the runs the board does not show from --out's database and export")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"board folder (its {DATABASE} and {EXPORT})")
+    p.add_argument("--dry-run", action="store_true", help="list the runs it would remove, and remove none")
+    p.set_defaults(func=cmd_prune)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = _terminate_like_ctrl_c()
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handlers below, not at interpreter exit
+        return status
     except ZooError as exc:
         print(f"zoo: error: {exc}", file=sys.stderr)
         return 2
-    except sqlite3.DatabaseError as exc:  # a results database damaged while in use
-        print(f"zoo: error: results database: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\nzoo: interrupted; finished jobs are kept (zoo run-all --resume continues)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
+        print(f"\nzoo: interrupted ({signal.Signals(signum).name}); finished jobs are kept "
+              "(zoo run-all --resume continues)", file=sys.stderr)
+        return 128 + signum
+    except BrokenPipeError:  # stdout closed early (zoo show NAME | head): end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _terminate_like_ctrl_c():
+    """SIGTERM stops a command as Ctrl-C does (one line, finished jobs kept, --resume works); returns the
+    handler it replaced (None off the main thread, where handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signum)
+
+    return signal.signal(signal.SIGTERM, interrupt)

@@ -12,6 +12,8 @@ it as one line and exits 2); a plugin's own faults become that variant's error r
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -20,52 +22,57 @@ import pandas as pd
 
 from .contract import OptionError
 
-SCRATCH = ".zoo-cache"  # executors' temporary files (Ray's), inside the output folder
 BUILTIN_SUITES = ("correctness", "complexity", "speed", "quality")  # profiles choose among these
 MAX_LENGTH = 2 ** 20  # the plan counts real calls at the two smallest lengths: keep those allocatable
+MIN_MEMORY_GIB = 1.0  # below this a worker cannot start torch (its BLAS fails to allocate at 0.5 GiB)
 
 
-def run(variants: Iterable[str] | None = None, *, filters: Iterable[str] | None = None,
-        suites: Iterable[str] | None = None, profile: str = "quick", out: str | os.PathLike = "leaderboard",
+def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[str] | None = None,
+        suites: str | Iterable[str] | None = None, profile: str = "quick", out: str | os.PathLike = "leaderboard",
         device: str = "cpu", dtype: str | None = None, threads: int | None = None, d_model: int | None = None,
         heads: int | None = None, lengths: Iterable[int] | None = None, repeats: int | None = None,
         options: Mapping[str, object] | None = None, timeout: float | None = None,
         memory_limit_gib: float | None = None, executor: str = "local", address: str | None = None,
         resume: bool = False, retry_errors: bool = False, plugins_dirs: Iterable[str] = (), registry=None,
-        command: str | None = None, progress: Callable[[str], None] = lambda line: None) -> pd.DataFrame:
+        strict: bool = False, warn: Callable[[str], None] = lambda message: None, command: str | None = None,
+        progress: Callable[[str], None] = lambda line: None) -> pd.DataFrame:
     """Run suites on variants and write the leaderboard into ``out``; return the run's result rows
-    (``attrs``: ``run_id``, ``store``, ``leaderboard``). ``variants`` names them; else ``filters``
-    (wildcards) select among all registered ones; else all. ``suites`` default to the profile's."""
+    (``attrs``: ``run_id``, ``store``, ``leaderboard``). ``variants`` names them (one name or several); else
+    ``filters`` (wildcards) select among all registered ones; else all. ``suites`` default to the profile's.
+    Every value is checked before plugins load or anything is written (:func:`check_options`); ``warn`` is
+    told of each plugin that failed to load (``strict``: that is an error)."""
+    from .folder import BoardFolder
     from .leaderboard import render
     from .registry import load_registry
     from .runner import LocalExecutor, RunOptions, execute, now, plan_jobs, worker_memory_limit
-    from .store import DATABASE, open_store
 
-    # select
-    registry = registry or load_registry(plugins_dirs)
-    names = _select(registry, variants, filters)
-    # validate
-    settings = _profile(profile, device=device, dtype=dtype, threads=threads, d_model=d_model, heads=heads,
-                        lengths=lengths, repeats=repeats, options=options, executor=executor)
-    _check_variant_settings(registry, names, settings, _profile(profile))
-    chosen = _suites(registry, suites, settings)
-    if executor not in ("local", "ray"):
-        raise OptionError(f"--executor: expected local or ray, got {executor!r}")
+    # validate (no plugin, no torch, nothing written yet)
+    variants, filters, suites = (_names(label, value) for label, value in
+                                 (("variants", variants), ("--filter", filters), ("--suite", suites)))
+    settings = check_options(profile, device=device, dtype=dtype, threads=threads, d_model=d_model, heads=heads,
+                             lengths=lengths, repeats=repeats, options=options, executor=executor, timeout=timeout,
+                             memory_limit_gib=memory_limit_gib, address=address, resume=resume,
+                             retry_errors=retry_errors)
     if executor == "ray":
         from .ray_executor import check_reachable, require_ray
 
         require_ray()
         if address:
             check_reachable(address)
-    elif address:
-        raise OptionError("--address: only used with --executor ray")
-    if retry_errors and not resume:
-        raise OptionError("--retry-errors: only with --resume")
-    folder = _writable_dir(out)
-    store = open_store(folder)  # with the runs of a committed board's export, on a fresh checkout
+    folder = BoardFolder(out)
+    folder.path_must_be_writable()
+    # select
+    if registry is None:
+        registry = load_registry(plugins_dirs, strict=strict)
+        for failure in registry.failures:
+            warn(failure.message())
+    names = _select(registry, variants, filters)
+    _check_variant_settings(registry, names, settings, _profile(profile))
+    chosen = _suites(registry, suites, settings)
+    store = folder.for_writing()  # the database, with the runs of the committed export it lacks
     run_id = store.latest_run(unfinished=not retry_errors) if resume else None
     if resume and run_id is None:
-        raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run in {str(folder / DATABASE)!r}")
+        raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run in {str(folder.database)!r}")
     if run_id is not None:
         from .profiles import Profile
 
@@ -82,11 +89,11 @@ def run(variants: Iterable[str] | None = None, *, filters: Iterable[str] | None 
     finished = store.finished_jobs(run_id, without_errors=retry_errors)
     todo = [job for job in jobs if (job.variant, job.suite) not in finished]
     progress(f"zoo: run {run_id}: {len(todo)} jobs ({len(jobs) - len(todo)} already done), profile {settings.name}, "
-             f"{settings.threads} threads, results in {folder / DATABASE}\n")
+             f"{settings.threads} threads, results in {folder.database}\n")
     run_options = RunOptions(
         profile=settings, timeout_seconds=timeout or settings.variant_timeout_seconds,
         plugins_dirs=[str(Path(p).resolve()) for p in plugins_dirs], memory_limit_bytes=memory_limit,
-        ray_address=address, scratch_dir=str(folder.resolve() / SCRATCH),
+        ray_address=address, scratch_dir=str(folder.scratch.resolve()),
     )
     # execute
     if executor == "ray":
@@ -98,14 +105,63 @@ def run(variants: Iterable[str] | None = None, *, filters: Iterable[str] | None 
     try:
         execute(registry, store, run_id, todo, chosen_executor, progress=progress)
     except BaseException:
-        store.discard_if_empty(run_id)  # a run that failed before finishing any job leaves no trace
+        with contextlib.suppress(Exception):  # the reason the run stopped is what the user must see
+            store.discard_if_empty(run_id)  # a run that failed before finishing any job leaves no trace
         raise
     store.finish_run(run_id, now())
-    # report
-    written = render(store, run_id, folder)
+    # report: the board and the export of every kept run, as a whole
+    written = render(store, run_id, folder.path, keep_runs=True)
     results = store.results(run_id)
     results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]))
     return results
+
+
+def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, threads=None, d_model=None, heads=None,
+                  lengths=None, repeats=None, options=None, executor: str = "local", timeout=None,
+                  memory_limit_gib=None, address=None, resume: bool = False, retry_errors: bool = False):
+    """Every option of a run checked by name, the one validation for :func:`run` and the CLI (which passes its
+    parsed values straight on): returns the profile with this run's overrides, or raises :class:`OptionError`
+    naming the option and the value."""
+    if not isinstance(profile, str):
+        raise OptionError(f"--profile: expected a profile name, got {profile!r}")
+    for label, value in (("--threads", threads), ("--d-model", d_model), ("--heads", heads), ("--repeats", repeats)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise OptionError(f"{label}: must be a positive integer, got {value!r}")
+    for label, value, least in (("--timeout", timeout, 0.0), ("--memory-limit", memory_limit_gib, MIN_MEMORY_GIB)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise OptionError(f"{label}: must be a finite number, got {value!r}")
+        if value <= least:
+            raise OptionError(f"{label}: must be more than {least:g}, got {value!r}" +
+                              (" (GiB: a worker needs about 1 GiB of address space to start torch)" if least else ""))
+    if options is not None and (not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options)):
+        raise OptionError(f"--option: expected a mapping of option names to values, got {options!r}")
+    if lengths is not None:
+        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Iterable):
+            raise OptionError(f"--lengths: expected a list of integers, got {lengths!r}")
+        lengths = list(lengths)
+        if not lengths or any(isinstance(n, bool) or not isinstance(n, int) for n in lengths):
+            raise OptionError(f"--lengths: expected a list of integers, got {lengths!r}")
+    if executor not in ("local", "ray"):
+        raise OptionError(f"--executor: expected local or ray, got {executor!r}")
+    if address is not None and (executor != "ray" or not isinstance(address, str)):
+        raise OptionError("--address: only used with --executor ray" if executor != "ray" else
+                          f"--address: expected HOST:PORT or auto, got {address!r}")
+    if retry_errors and not resume:
+        raise OptionError("--retry-errors: only with --resume")
+    return _profile(profile, device=device, dtype=dtype, threads=threads, d_model=d_model, heads=heads,
+                    lengths=lengths, repeats=repeats, options=options, executor=executor)
+
+
+def _names(label: str, value) -> list[str] | None:
+    """Names given as one string or several: a string is one name, never its letters."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else None
+    if items is None or not all(isinstance(item, str) and item for item in items):
+        raise OptionError(f"{label}: expected a name or a list of names, got {value!r}")
+    return items or None
 
 
 def _select(registry, variants, filters) -> list[str]:
@@ -148,18 +204,6 @@ def _suites(registry, suites, profile) -> list[str]:
     if unknown:
         raise OptionError(f"--suite: unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(registry.suites())})")
     return chosen
-
-
-def _writable_dir(path) -> Path:
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".zoo-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise OptionError(f"--out: cannot write to {str(folder)!r} ({exc.strerror or exc})") from None
-    return folder
 
 
 def _check_variant_settings(registry, names: list[str], profile, defaults) -> None:

@@ -7,6 +7,7 @@ escaped so it cannot break the Markdown tables or inject markup.
 from __future__ import annotations
 
 import html
+import io
 import re
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -18,7 +19,8 @@ from tabulate import tabulate
 
 from .checks import BAD, ERROR, FAILED, MEASURED, PASSED, SKIPPED
 from . import webpage
-from .store import EXPORT, RESULT_COLUMNS, Store, device_kind, export_runs
+from .folder import BoardFolder
+from .store import RESULT_COLUMNS, Store, device_kind
 from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA, Target
 
 RANK_MODE, RANK_PHASE = "full", "fwd+bwd"
@@ -155,39 +157,46 @@ def board_rows(store: Store, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.concat(result_parts, ignore_index=True), pd.concat(job_parts, ignore_index=True)
 
 
-def render(store: Store, run_id: str, out_dir: Path) -> list[Path]:
-    """Write README.md, results.csv and the plots for ``run_id`` (and the latest comparable results of the
-    variants it did not run: :func:`board_rows`) into ``out_dir``, with every run they show as
-    :data:`~zoo.store.EXPORT`, from which a fresh checkout rebuilds the store; return the paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def render(store: Store, run_id: str, out_dir: Path, keep_runs: bool = False) -> list[Path]:
+    """Write the board for ``run_id`` into ``out_dir`` as a whole (:func:`board_files`); ``keep_runs`` (``store``
+    is the folder's own database): with the export of every run it holds. Returns the paths, README.md first."""
+    files = board_files(store, run_id, out_dir)
+    stale = [name for name in PLOT_FILES if name not in files]  # a plot an earlier run drew and this one did not
+    return BoardFolder(out_dir).publish(files, store=store if keep_runs else None, remove=stale)
+
+
+def board_files(store: Store, run_id: str, out_dir: Path) -> dict[str, bytes]:
+    """The board for ``run_id`` (and the latest comparable results of the variants it did not run:
+    :func:`board_rows`) as file name -> content: README.md, index.html, results.csv and the plots. Only
+    ``out_dir``'s published long-sequence plot is read from disk."""
     results, jobs = board_rows(store, run_id)
     env = {**store.environment(run_id), **_ran_on(jobs)}
     cards: dict[str, dict] = {}
     for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
         cards.setdefault(job.variant, job.provenance)
-    written = [out_dir / "results.csv"]
     tidy = results.assign(plugin=results.variant.map(lambda v: cards[v].get("plugin")),
                           origin=results.variant.map(lambda v: _origin(cards[v])))
-    tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
-        ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(written[0], index=False)
+    csv = tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
+        ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(index=False)
     quality, quality_runs = _quality_results(store, results)
-    written.append(export_runs(store, set(results.run_id) | set(quality_runs), out_dir / EXPORT))
-    plots = _plots(results, out_dir)
-    plots += [p for p in (_quality_plot(results, quality, store.settings(run_id).get("reference_length"), out_dir),
-                          _recall_plot(quality, out_dir)) if p]
-    for stale in set(PLOT_FILES) - {p.name for p in plots}:  # a plot an earlier run drew and this one did not
-        (out_dir / stale).unlink(missing_ok=True)
-    written += plots
-    readme = out_dir / "README.md"
-    readme.write_text(_readme(run_id, env, store.settings(run_id), results, cards, plots, quality, quality_runs))
-    figures = [(plot, plot.stem) for plot in plots]
+    plots = _plots(results)
+    plots += [p for p in (_quality_plot(results, quality, store.settings(run_id).get("reference_length")),
+                          _recall_plot(quality)) if p]
+    readme = _readme(run_id, env, store.settings(run_id), results, cards, [name for name, _ in plots], quality,
+                     quality_runs)
+    figures = [(png, name.removesuffix(".png")) for name, png in plots]
     long_range = out_dir / LONG_SEQUENCES / "time.png"
     if long_range.exists():  # the long-sequence board's own run, shown with the rest
-        figures.append((long_range, f"time up to long sequences (from {LONG_SEQUENCES}/, a run of its own: "
-                                    f"{LONG_SEQUENCES}/index.html)"))
-    page = webpage.write(out_dir / "index.html",
-                         _page_data(run_id, env, store.settings(run_id), results, cards, quality, quality_runs), figures)
-    return [readme, page, *written]
+        figures.append((long_range.read_bytes(), f"time up to long sequences (from {LONG_SEQUENCES}/, a run of its "
+                                                 f"own: {LONG_SEQUENCES}/index.html)"))
+    page = webpage.page(_page_data(run_id, env, store.settings(run_id), results, cards, quality, quality_runs), figures)
+    return {"README.md": readme.encode(), "index.html": page.encode(), "results.csv": csv.encode(), **dict(plots)}
+
+
+def shown_runs(store: Store, run_id: str) -> set[str]:
+    """The runs the board for ``run_id`` shows rows of (what ``zoo prune`` keeps)."""
+    results, _ = board_rows(store, run_id)
+    return set(results.run_id) | set(_quality_results(store, results)[1]) | {run_id}
 
 
 def _page_data(run_id, env, settings, results, cards, quality, quality_runs) -> dict:
@@ -284,9 +293,7 @@ def render_by_device(store: Store, out_dir: Path) -> tuple[Path, int]:
              f"SDPA; layers: nn.MultiheadAttention; {RANK_MODE} attention, the run's reference length n; lower is "
              "better). Ratios, not times, so devices of different speeds compare.", "",
              _table(comparison.fillna("not run")), ""]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    index = out_dir / "README.md"
-    index.write_text("\n".join(lines))
+    [index] = BoardFolder(out_dir).publish({"README.md": "\n".join(lines).encode()})
     return index, len(latest)
 
 
@@ -383,7 +390,7 @@ def _readme(run_id, env, settings, results, cards, plots, quality, quality_runs)
     lines += _quality_section(quality, quality_runs, run_id, results, reference_n)
     lines += _targets_section(results, cards, variants)
     if plots:
-        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+        lines += ["## Plots", ""] + [f"![{name.removesuffix('.png')}]({name})" for name in plots] + [""]
     return "\n".join(lines)
 
 
@@ -803,7 +810,7 @@ def _setting_value(results, variant, check, setting):
     return None if rows.empty else float(rows.value.iloc[-1])
 
 
-def _quality_plot(results: pd.DataFrame, quality: pd.DataFrame, reference_n, out_dir: Path) -> Path | None:
+def _quality_plot(results: pd.DataFrame, quality: pd.DataFrame, reference_n) -> tuple[str, bytes] | None:
     """Mean accuracy over tasks against speed, one point per variant, the Pareto front joined: the variants
     no other beats on both at once."""
     scores = quality[quality.check == "accuracy"].dropna(subset=["value"])
@@ -831,14 +838,14 @@ def _quality_plot(results: pd.DataFrame, quality: pd.DataFrame, reference_n, out
     ax.set_ylabel("mean accuracy over the quality tasks")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, out_dir / "accuracy-vs-speed.png")
+    return _save(plt, fig, "accuracy-vs-speed.png")
 
 
 LINE_STYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
-def _recall_plot(quality: pd.DataFrame, out_dir: Path) -> Path | None:
+def _recall_plot(quality: pd.DataFrame) -> tuple[str, bytes] | None:
     curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
     if curve.empty:
         return None
@@ -855,14 +862,16 @@ def _recall_plot(quality: pd.DataFrame, out_dir: Path) -> Path | None:
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, out_dir / "recall-vs-pairs.png")
+    return _save(plt, fig, "recall-vs-pairs.png")
 
 
-def _save(plt, fig, path: Path) -> Path:
+def _save(plt, fig, name: str) -> tuple[str, bytes]:
+    """The figure as (file name, PNG bytes)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
-    return path
+    return name, buffer.getvalue()
 
 
 def _pyplot():
@@ -874,7 +883,7 @@ def _pyplot():
     return plt
 
 
-def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:
+def _plots(results: pd.DataFrame) -> list[tuple[str, bytes]]:
     plt = _pyplot()
     figures = [
         ("time", "speed", "time", "full", "fwd+bwd", "seconds per call (forward+backward, speed shapes)", f"{SDPA}-time"),
@@ -905,7 +914,7 @@ def _plots(results: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
         _label_line_ends(ax, ends)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.22, 1.0), frameon=False)
-        written.append(_save(plt, fig, out_dir / f"{name}.png"))
+        written.append(_save(plt, fig, f"{name}.png"))
     return written
 
 

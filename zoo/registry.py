@@ -274,6 +274,8 @@ class Registry:
     # -- lookup --------------------------------------------------------------------------------
 
     def variant(self, name: str) -> Variant:
+        if not isinstance(name, str):
+            raise UnknownVariantError(f"a variant name must be a string, got {name!r}")
         try:
             return self.variants[name]
         except KeyError:

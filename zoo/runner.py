@@ -131,31 +131,36 @@ class LocalExecutor:
 
 
 class CtrlC:
-    """Remembers a Ctrl-C, so the run stops even when its KeyboardInterrupt was swallowed: it can land in
-    the fork hooks that run while a worker starts, where Python prints it and carries on."""
+    """Remembers a Ctrl-C (or a SIGTERM, which stops a run the same way), so the run stops even when its
+    KeyboardInterrupt was swallowed: it can land in the fork hooks that run while a worker starts, where
+    Python prints it and carries on. The KeyboardInterrupt carries the signal's number."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
-        self.pressed = False
-        self._previous = None
+        self.pressed: int | None = None
+        self._previous: dict[int, object] = {}
 
     def __enter__(self) -> "CtrlC":
-        # Signal handlers live on the main thread. An ignored SIGINT stays ignored: a background job of a
-        # script starts that way, and the shell means it to outlive a Ctrl-C meant for the foreground.
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            self._previous = signal.signal(signal.SIGINT, self._on_signal)
+        # Signal handlers live on the main thread. An ignored signal stays ignored: a background job of a
+        # script starts with SIGINT ignored, and the shell means it to outlive a Ctrl-C meant for the foreground.
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._on_signal)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
     def _on_signal(self, signum, frame) -> None:
-        self.pressed = True
-        raise KeyboardInterrupt
+        self.pressed = signum
+        raise KeyboardInterrupt(signum)
 
     def check(self) -> None:
-        if self.pressed:
-            raise KeyboardInterrupt
+        if self.pressed is not None:
+            raise KeyboardInterrupt(self.pressed)
 
 
 def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict], None],
@@ -273,7 +278,9 @@ def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_p
         return f"timed out: the variant's jobs took longer than the limit of {options.timeout_seconds:g} s (--timeout)"
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
-        return f"worker crashed with signal {name}" + (f"; last output: {last[:300]}" if last else "")
+        limit = options.memory_limit_bytes
+        cap = f" (it ran under a memory cap of {limit / 2 ** 30:.3g} GiB, --memory-limit)" if limit else ""
+        return f"worker crashed with signal {name}{cap}" + (f"; last output: {last[:300]}" if last else "")
     if "MemoryError" in last or "DefaultCPUAllocator: can't allocate memory" in last or "not enough memory" in last:
         limit = options.memory_limit_bytes
         cap = f" of {limit / 2 ** 30:.1f} GiB (--memory-limit)" if limit else ""

@@ -1,29 +1,33 @@
-"""The results store: SQLite (standard library), one file in the output folder.
+"""The results store: SQLite (standard library), one file in the output folder, or an in-memory copy.
 
 Each finished job is written in one transaction with all its rows, so an interrupted run keeps every
 finished job and ``--resume`` can skip them. WAL mode and a busy timeout let concurrent runs write to
 the same file. Nothing read back is unpickled or evaluated: values are plain columns and JSON text.
+
+A file is checked before anything touches it (a zoo database, undamaged, not from a newer zoo); one that
+fails is refused in one line and left as it was. Every SQLite failure later on is one :class:`StoreError`
+naming the file, and a full disk is called that, not a bad database.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import uuid
-from contextlib import closing
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pandas as pd
 
 from .checks import RESULT_FIELDS
 from .contract import ZooError
+from .export import EXPORT, TABLE_COLUMNS, RunRecords
 
 RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
 DATABASE = "results.sqlite"
-EXPORT = "runs.jsonl"
-"""Beside a board: its runs as JSON lines (:func:`export_runs`), committed in place of the database."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -59,93 +63,216 @@ CREATE TABLE IF NOT EXISTS results (
     samples TEXT
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id, variant, suite);
+CREATE TABLE IF NOT EXISTS exported (
+    run_id TEXT PRIMARY KEY,
+    digest TEXT NOT NULL
+);
 """
+# exported: the digest of each run as the folder's runs.jsonl last held it (written or read), so a run that
+# differs between the database and the export can be told apart: changed here since, changed there (a
+# git pull), or both (a conflict)
 
-
-SCHEMA_VERSION = 2
-"""``PRAGMA user_version`` of a store this zoo writes (1: before per-round samples were kept; 0: a store
-written before the version was recorded, read as 1). A newer store is refused, never converted."""
+SCHEMA_VERSION = 3
+"""``PRAGMA user_version`` of a store this zoo writes (2: before ``exported``; 1: before per-round samples were
+kept; 0: a store written before the version was recorded, read as 1). A newer store is refused, never converted."""
+SQLITE_HEADER = b"SQLite format 3\x00"
+ZOO_TABLES = {"runs", "jobs", "results"}
 
 
 class StoreError(ZooError):
-    """The results database cannot be used: not a zoo database, damaged, or from a newer zoo."""
+    """The results database cannot be used: not a zoo database, damaged, from a newer zoo, or its disk is full."""
+
+
+def disk_full(path: Path) -> str:
+    """'no space left on the disk holding PATH (...)': what a full disk is called everywhere."""
+    path = Path(path).resolve()
+    mount = next((p for p in (path, *path.parents) if p.exists() and os.path.ismount(p)), Path("/"))
+    try:
+        free = f", {shutil.disk_usage(mount).free / 2 ** 20:.1f} MiB free"
+    except OSError:
+        free = ""
+    return f"no space left on the disk holding {str(path)!r} (the filesystem mounted at {mount}{free})"
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == 13 or "disk is full" in str(exc) or getattr(exc, "errno", 0) == 28
 
 
 class Store:
-    """A results database. ``readonly`` stores never write (no WAL switch, no CREATE, no migration):
-    commands that only read (``zoo leaderboard``, ``zoo compare``, a merge's source) open them so."""
+    """A results database. ``readonly`` stores never write (no WAL switch, no CREATE, no migration): a merge's
+    source is opened so, and on read-only media it is read as an immutable file. :meth:`in_memory` gives a
+    store that lives in this process only: what a command that must not write sees."""
 
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self._uri: str | None = None
+        self._anchor: sqlite3.Connection | None = None  # keeps an in-memory database alive
+        self._checked = False
+
+    @classmethod
+    def in_memory(cls, label: str) -> "Store":
+        """An empty store in this process's memory (``label`` is what messages call it)."""
+        store = cls(label)
+        store._uri = f"file:zoo-memory-{uuid.uuid4().hex}?mode=memory&cache=shared"
+        store._anchor = sqlite3.connect(store._uri, uri=True)
+        store._anchor.executescript(SCHEMA)
+        store._anchor.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        store._checked = True
+        return store
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    # --- connections -------------------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
+        if self._uri:
+            return sqlite3.connect(self._uri, uri=True)
+        if not self._checked:
+            self._check_file()
+        if self.readonly:
+            return self._open_read_only()
         try:
-            if self.readonly:
-                connection = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
-            else:
-                connection = sqlite3.connect(self.path, timeout=60)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open results database {str(self.path)!r}: {exc}") from None
-        try:
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"{str(self.path)!r} was written by a newer zoo (schema {version}; this zoo reads up "
-                                 f"to {SCHEMA_VERSION}): upgrade attention-zoo to use it")
-            if not self.readonly:
+            connection = sqlite3.connect(self.path, timeout=60)
+            connection.execute("PRAGMA busy_timeout=60000")
+            if connection.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                 connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA busy_timeout=60000")
                 connection.executescript(SCHEMA)
                 if "samples" not in _columns(connection):  # a store written before per-round samples were kept
                     connection.execute("ALTER TABLE results ADD COLUMN samples TEXT")
                 connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except sqlite3.DatabaseError as exc:
-            connection.close()
-            raise StoreError(f"{str(self.path)!r} is not a usable zoo results database ({exc})") from None
-        except StoreError:
-            connection.close()
-            raise
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from None
         return connection
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Read-only, never writing beside the file; on read-only media (where SQLite cannot make the WAL index a
+        read needs) the file is opened as immutable: nothing can be writing it there."""
+        uri = self.path.resolve().as_uri()
+        try:
+            connection = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=60)
+            connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return connection
+        except sqlite3.OperationalError as exc:
+            if os.access(self.path.parent, os.W_OK):
+                raise self._failure(exc) from None
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from None
+        try:
+            connection = sqlite3.connect(f"{uri}?immutable=1", uri=True)
+            connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return connection
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from None
+
+    def _check_file(self) -> None:
+        """Refuse, before any write, a file that is not an undamaged zoo database of a version this zoo reads.
+        A missing file is fine for a writable store (it is created), an error for a read-only one."""
+        if not self.path.exists():
+            if self.readonly:
+                raise StoreError(f"no results database at {self.label!r}")
+            self._checked = True
+            return
+        try:
+            with open(self.path, "rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise StoreError(f"cannot read results database {self.label!r} ({exc.strerror or exc})") from None
+        if not header:
+            raise StoreError(f"{self.label!r} is empty (0 bytes), not a zoo results database; it was left as it is "
+                             f"(remove it: the folder's {EXPORT}, if any, keeps the board's runs)")
+        if header != SQLITE_HEADER:
+            raise StoreError(f"{self.label!r} is not a zoo results database (not an SQLite file); it was left as it is")
+        connection = self._open_read_only()
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.label!r} was written by a newer zoo (schema {version}; this zoo reads up "
+                                 f"to {SCHEMA_VERSION}): upgrade attention-zoo to use it")
+            verdict = connection.execute("PRAGMA quick_check").fetchall()
+            if verdict != [("ok",)]:
+                problem = "; ".join(str(row[0]) for row in verdict[:2])
+                raise StoreError(f"{self.label!r} is a damaged results database ({problem}); it was left as it is")
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not ZOO_TABLES <= tables:
+                raise StoreError(f"{self.label!r} is not a zoo results database (it has no "
+                                 f"{', '.join(sorted(ZOO_TABLES - tables))} table); it was left as it is")
+        except sqlite3.DatabaseError as exc:
+            raise self._failure(exc) from None
+        finally:
+            connection.close()
+        self._checked = True
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        if _is_disk_full(exc) and self._uri is None:
+            return StoreError(f"{disk_full(self.path.parent)} while writing {self.label!r}: the jobs finished "
+                              "before it are kept")
+        return StoreError(f"{self.label!r} is not a usable zoo results database ({exc})")
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one transaction: committed when the block ends, rolled back on an error; every
+        SQLite failure becomes a :class:`StoreError` naming the file."""
+        connection = self._connect()
+        try:
+            with connection:
+                yield connection
+        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+            raise self._failure(exc.__cause__ if isinstance(exc.__cause__, sqlite3.Error) else exc) from None
+        finally:
+            connection.close()
+
+    def check(self) -> None:
+        """Refuse now, in one line, a file this store could not use."""
+        with self._db() as db:
+            db.execute("SELECT COUNT(*) FROM runs").fetchone()
+
+    # --- a run as it happens -----------------------------------------------------------------------------
 
     def start_run(self, settings: dict, environment: dict, started: str) -> str:
         """Record a new run with its profile settings and environment fingerprint; return its id."""
         run_id = f"{started.replace(' ', 'T').replace(':', '')[:15]}-{uuid.uuid4().hex[:6]}"
-        with closing(self._connect()) as db, db:
+        with self._db() as db:
             db.execute("INSERT INTO runs (run_id, started, profile, settings, environment) VALUES (?, ?, ?, ?, ?)",
                        (run_id, started, settings["name"], json.dumps(settings, sort_keys=True),
                         json.dumps(environment, sort_keys=True)))
         return run_id
 
     def finish_run(self, run_id: str, finished: str) -> None:
-        with closing(self._connect()) as db, db:
+        with self._db() as db:
             db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (finished, run_id))
 
     def record_job(self, run_id: str, variant: str, suite: str, status: str, seconds: float,
                    provenance: dict, rows: Iterable[dict]) -> None:
         """All of a job's rows and its completion marker, in one transaction."""
-        with closing(self._connect()) as db, db:
+        with self._db() as db:
             db.execute("DELETE FROM results WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
+            db.execute("DELETE FROM jobs WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
             db.executemany(
                 f"INSERT INTO results (run_id, {_COLUMN_LIST}) VALUES (?, {', '.join('?' * len(RESULT_COLUMNS))})",
                 [(run_id, variant, suite, *(_column(name, r.get(name)) for name in RESULT_FIELDS)) for r in rows],
             )
-            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
                        (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True)))
 
     def finished_jobs(self, run_id: str, without_errors: bool = False) -> set[tuple[str, str]]:
         """(variant, suite) of the run's recorded jobs; ``without_errors``: only those that did not err."""
         query = "SELECT variant, suite FROM jobs WHERE run_id = ?" + (" AND status != 'error'" if without_errors else "")
-        with closing(self._connect()) as db:
+        with self._db() as db:
             return set(db.execute(query, (run_id,)).fetchall())
 
     def discard_if_empty(self, run_id: str) -> None:
         """Remove a run that recorded no job (it failed or was stopped before any finished)."""
-        with closing(self._connect()) as db, db:
+        with self._db() as db:
             if db.execute("SELECT COUNT(*) FROM jobs WHERE run_id = ?", (run_id,)).fetchone()[0] == 0:
                 db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
 
+    # --- reading ---------------------------------------------------------------------------------------------
+
     def runs(self) -> pd.DataFrame:
-        with closing(self._connect()) as db:
+        with self._db() as db:
             return pd.read_sql_query("SELECT * FROM runs ORDER BY started, run_id", db)
 
     def latest_run(self, unfinished: bool = False) -> str | None:
@@ -161,12 +288,12 @@ class Store:
         return self._run_json(run_id, "settings")
 
     def _run_json(self, run_id: str, column: str) -> dict:
-        with closing(self._connect()) as db:
+        with self._db() as db:
             row = db.execute(f"SELECT {column} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return json.loads(row[0]) if row else {}
 
     def results(self, run_id: str) -> pd.DataFrame:
-        with closing(self._connect()) as db:
+        with self._db() as db:
             present = _columns(db)
             selected = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in RESULT_COLUMNS)
             frame = pd.read_sql_query(f"SELECT {selected} FROM results WHERE run_id = ?", db, params=(run_id,))
@@ -182,98 +309,90 @@ class Store:
         return sorted(kinds) or [device_kind(environment)]
 
     def jobs(self, run_id: str) -> pd.DataFrame:
-        with closing(self._connect()) as db:
+        with self._db() as db:
             frame = pd.read_sql_query("SELECT * FROM jobs WHERE run_id = ?", db, params=(run_id,))
         frame["provenance"] = frame["provenance"].map(json.loads)
         return frame
 
+    # --- whole runs, as the export holds them ----------------------------------------------------------------
 
-def merge(target: Store, source_path: str | Path) -> list[str]:
-    """Copy the runs of another results database (another machine's) into ``target``; runs already
-    present are left alone; the source is only read. Returns the ids of the runs copied."""
-    source = Store(source_path, readonly=True)
-    with closing(source._connect()) as other:
-        tables = _read_runs(other, list(source.runs().run_id))
-    return _add_runs(target, tables)
+    def records(self, run_ids: Iterable[str] | None = None) -> dict[str, RunRecords]:
+        """The runs (all, or ``run_ids``) as :class:`~zoo.export.RunRecords`, rows in the order written."""
+        with self._db() as db:
+            present = _columns(db)
+            wanted = None if run_ids is None else set(run_ids)
+            runs: dict[str, RunRecords] = {}
+            for table, columns in TABLE_COLUMNS.items():
+                select = ", ".join(f'"{c}"' if table != "results" or c in present else f'NULL AS "{c}"' for c in columns)
+                for row in db.execute(f"SELECT {select} FROM {table} ORDER BY rowid"):
+                    record = dict(zip(columns, row))
+                    if wanted is not None and record["run_id"] not in wanted:
+                        continue
+                    if table == "runs":
+                        runs[record["run_id"]] = RunRecords(record)
+                    elif record["run_id"] in runs:
+                        getattr(runs[record["run_id"]], table).append(record)
+        return runs
+
+    def add(self, runs: Iterable[RunRecords], replacing: Iterable[str] = (), exported: dict[str, str] | None = None,
+            only_new: bool = False) -> list[str]:
+        """Write ``runs`` in one transaction, first removing the runs ``replacing`` names, and record ``exported``
+        digests; ``only_new``: skip runs the store already holds, decided inside the transaction (two processes
+        adding the same runs at once add them once). Returns the ids written."""
+        runs = list(runs)
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            for run_id in replacing:
+                _delete_run(db, run_id)
+            present = {row[0] for row in db.execute("SELECT run_id FROM runs")}
+            written = []
+            for run in runs:
+                if only_new and run.run_id in present:
+                    continue
+                for table, records in (("runs", [run.run]), ("jobs", run.jobs), ("results", run.results)):
+                    columns = TABLE_COLUMNS[table]
+                    names = ", ".join(f'"{c}"' for c in columns)
+                    db.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})",
+                                   [tuple(r[c] for c in columns) for r in records])
+                written.append(run.run_id)
+            if exported:
+                db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(exported.items()))
+        return written
+
+    def remove(self, run_ids: Iterable[str]) -> None:
+        """Delete runs (every job and row) in one transaction: only ``zoo prune`` does this."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            for run_id in run_ids:
+                _delete_run(db, run_id)
+
+    def exported(self) -> dict[str, str]:
+        """Each run's digest as the folder's export last held it (empty for a store from before this was kept)."""
+        with self._db() as db:
+            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exported'").fetchone():
+                return {}
+            return dict(db.execute("SELECT run_id, digest FROM exported").fetchall())
+
+    def set_exported(self, digests: dict[str, str]) -> None:
+        with self._db() as db:
+            db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(digests.items()))
+
+    def copy_to_memory(self) -> "Store":
+        """This store's contents in a :meth:`in_memory` store (the file is only read)."""
+        memory = Store.in_memory(f"{self.label} (a copy in memory)")
+        with self._db() as db:
+            db.backup(memory._anchor)
+        with memory._db() as db:  # a copy of an older store: the tables this zoo expects
+            db.executescript(SCHEMA)
+            if "samples" not in _columns(db):
+                db.execute("ALTER TABLE results ADD COLUMN samples TEXT")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return memory
 
 
-def export_runs(store: Store, run_ids: Iterable[str], path: Path) -> Path:
-    """Write the runs ``run_ids`` (settings, environment, jobs with their provenance, every row) to ``path``
-    as JSON lines: the text form of the store committed beside a board, since the SQLite file is not
-    committed. :func:`open_store` rebuilds the store from it. Written in a fixed order, so re-rendering the
-    same runs writes the same bytes, and through a temporary file, so an interrupted write leaves the old one."""
-    with closing(store._connect()) as db:
-        tables = _read_runs(db, sorted(run_ids))
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "w", encoding="utf-8") as out:
-        for table, rows in tables.items():
-            for row in rows:
-                out.write(json.dumps({"table": table, **row}, sort_keys=True) + "\n")
-    os.replace(partial, path)
-    return path
-
-
-def import_runs(target: Store, path: Path) -> list[str]:
-    """Add the runs of an :func:`export_runs` file that ``target`` lacks; returns their ids. A line that is
-    not a record of this format is refused with its file and line number, before anything is written."""
-    tables: dict[str, list[dict]] = {table: [] for table in TABLE_COLUMNS}
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            try:
-                record = json.loads(line)
-                table = record.pop("table")
-                unknown = set(record) - set(TABLE_COLUMNS[table])
-            except (ValueError, AttributeError, KeyError, TypeError) as exc:
-                raise StoreError(f"{str(path)!r} line {number}: not a zoo runs export line ({exc!r})") from None
-            if unknown or "run_id" not in record:
-                raise StoreError(f"{str(path)!r} line {number}: a {table} record with columns "
-                                 f"{sorted(unknown) or 'but no run_id'} this zoo does not know")
-            tables[table].append(record)
-    return _add_runs(target, tables)
-
-
-def open_store(folder: Path, readonly: bool = False) -> Store:
-    """The folder's results database, first given the runs of the folder's committed export
-    (:data:`EXPORT`) that it lacks: a fresh checkout has only the export, and a board rendered or a run
-    made there would otherwise lose every row it showed from earlier runs. Read-only: an existing database
-    is left as it is; a missing one is built from the export."""
-    path, export = folder / DATABASE, folder / EXPORT
-    if export.is_file() and not (readonly and path.exists()):
-        import_runs(Store(path), export)
-    return Store(path, readonly=readonly)
-
-
-TABLE_COLUMNS = {
-    "runs": ("run_id", "started", "profile", "settings", "environment", "finished"),
-    "jobs": ("run_id", "variant", "suite", "status", "seconds", "provenance"),
-    "results": ("run_id", *RESULT_COLUMNS),
-}
-
-
-def _read_runs(db: sqlite3.Connection, run_ids: list[str]) -> dict[str, list[dict]]:
-    """The runs' records in each table, in the order they were written (a run's jobs newest last)."""
-    present, marks = _columns(db), ",".join("?" * len(run_ids))
-    tables = {}
-    for table, columns in TABLE_COLUMNS.items():
-        select = ", ".join(f'"{c}"' if table != "results" or c in present else f'NULL AS "{c}"' for c in columns)
-        rows = db.execute(f"SELECT {select} FROM {table} WHERE run_id IN ({marks}) ORDER BY run_id, rowid", run_ids)
-        tables[table] = [dict(zip(columns, row)) for row in rows]
-    return tables
-
-
-def _add_runs(target: Store, tables: dict[str, list[dict]]) -> list[str]:
-    """Insert the runs ``target`` lacks, in one transaction that also decides which it lacks (so two
-    processes adding the same runs at once cannot both add them)."""
-    with closing(target._connect()) as db, db:
-        db.execute("BEGIN IMMEDIATE")
-        existing = {row[0] for row in db.execute("SELECT run_id FROM runs")}
-        new = [r["run_id"] for r in tables["runs"] if r["run_id"] not in existing]
-        adding = set(new)
-        for table, columns in TABLE_COLUMNS.items():
-            names = ", ".join(f'"{c}"' for c in columns)
-            db.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})",
-                           [tuple(r.get(c) for c in columns) for r in tables[table] if r["run_id"] in adding])
-    return new
+def _delete_run(db: sqlite3.Connection, run_id: str) -> None:
+    for table in (*TABLE_COLUMNS, "exported"):
+        db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
 
 def device_kind(environment: dict) -> str:
@@ -286,8 +405,8 @@ def device_kind(environment: dict) -> str:
 _COLUMN_LIST = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
 
 
-def _columns(db: sqlite3.Connection, schema: str = "main") -> set[str]:
-    return {row[1] for row in db.execute(f"PRAGMA {schema}.table_info(results)")}
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in db.execute("PRAGMA table_info(results)")}
 
 
 def _column(name: str, value):

@@ -173,13 +173,12 @@ route();
 """
 
 
-def write(path: Path, data: dict, plots: list[tuple[Path, str]]) -> Path:
-    """Write the page for ``data`` (what :mod:`zoo.leaderboard` collects) with ``plots`` (image, caption)
-    inlined."""
+def page(data: dict, plots: list[tuple[bytes, str]]) -> str:
+    """The page for ``data`` (what :mod:`zoo.leaderboard` collects) with ``plots`` (PNG bytes, caption) inlined."""
     payload = json.dumps(data, default=str).replace("</", "<\\/")  # never closes its own <script>
     figures = "\n".join(
         f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
-        f'{base64.b64encode(image.read_bytes()).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>'
+        f'{base64.b64encode(image).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>'
         for image, caption in plots)
     tables = "\n".join(f'<h3>{html.escape(g["title"])}</h3>\n<table id="table-{g["kind"]}"></table>'
                        for g in data["groups"])
@@ -188,7 +187,7 @@ def write(path: Path, data: dict, plots: list[tuple[Path, str]]) -> Path:
                        f"{html.escape(u['why'])}</li>" for u in data["unranked"])
     environment = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
                           for k, v in data["environment"].items())
-    page = f"""<!doctype html>
+    return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Attention zoo leaderboard</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>
 <body>
@@ -215,5 +214,3 @@ def write(path: Path, data: dict, plots: list[tuple[Path, str]]) -> Path:
 <script>{SCRIPT}</script>
 </body></html>
 """
-    path.write_text(page)
-    return path

@@ -1,0 +1,598 @@
+"""Nothing lost: a board folder's kept runs survive every command, every bad file, a full disk and a kill.
+
+The rules under test (zoo/folder.py): every command joins the database and the committed export first; only
+commands that add runs write the export, and it then holds every run of both; the board's files are published as
+a whole; a damaged store or a bad export line is refused in one line and nothing on disk changes.
+"""
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import zoo
+from conftest import run_zoo
+from zoo.cli import main
+from zoo.export import ExportError, read_export
+from zoo.folder import BoardFolder, FolderError
+from zoo.leaderboard import render
+from zoo.store import Store, StoreError
+
+REPO = Path(__file__).resolve().parent.parent
+BOARD_FILES = ("README.md", "index.html", "results.csv", "runs.jsonl")
+
+
+def fabricate(store: Store, started: str, variants=("dot-product",), settings=None, ratio=1.0) -> str:
+    """A stored run with what a board needs (a passed correctness check, a timed ratio), no worker involved."""
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    run = store.start_run(settings or {"name": "quick", "reference_length": 64}, {"device": "cpu", "cpu": "test"}, started)
+    for variant in variants:
+        card = {"plugin": "test", "card": {"summary": f"{variant} summary", "family": "softmax", "tags": {}}}
+        store.record_job(run, variant, "correctness", "done", 0.1, card,
+                         [{"check": "reference-float64", "status": "passed", "setting": "s", "value": 1e-16}])
+        store.record_job(run, variant, "speed", "done", 0.1, card, [
+            {"check": "x-torch-sdpa", "status": "measured", "value": ratio, "n": 64, "mode": "full", "phase": "fwd+bwd"},
+            {"check": "time", "status": "measured", "value": 0.01 * ratio, "n": 64, "mode": "full", "phase": "fwd+bwd",
+             "samples": [0.01, 0.011]}])
+    store.finish_run(run, started)
+    return run
+
+
+def published(folder: Path, started: str = "2026-01-01 00:00:00") -> tuple[Store, list[str]]:
+    """A folder whose board and export were written the way a run writes them: (its store, [its run])."""
+    store = Store(folder / "results.sqlite")
+    run = fabricate(store, started)
+    render(store, run, folder, keep_runs=True)
+    return store, [run]
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file of the folder outside its scratch space, by digest; the database by what it holds (a WAL
+    checkpoint rewrites its bytes without changing a row), and whether there is one."""
+    files = {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+             for p in sorted(folder.rglob("*"))
+             if p.is_file() and ".zoo-cache" not in p.parts and not p.name.startswith("results.sqlite")}
+    database = folder / "results.sqlite"
+    if database.exists():
+        runs = Store(database, readonly=True).records()
+        files["results.sqlite"] = json.dumps({run_id: run.digest() for run_id, run in sorted(runs.items())})
+    return files
+
+
+def zoo_here(capsys, *args) -> tuple[int, list[str]]:
+    """``zoo ARGS`` in this process: its exit status and its stderr lines."""
+    status = main([str(a) for a in args])
+    return status, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def exported_runs(folder: Path) -> dict[str, str]:
+    return {run_id: run.digest() for run_id, run in read_export(folder / "runs.jsonl").items()}
+
+
+# --- the export only grows ---------------------------------------------------------------------------------
+
+
+def test_a_stale_database_neither_hides_nor_shrinks_a_newer_export(tmp_path, capsys):
+    """What a git pull gives: the export has a run the local database never saw."""
+    folder, other = tmp_path / "board", tmp_path / "other-clone"
+    store, [first] = published(folder)
+    theirs = Store(other / "results.sqlite")
+    other.mkdir()
+    (other / "runs.jsonl").write_bytes((folder / "runs.jsonl").read_bytes())
+    BoardFolder(other).for_writing()
+    newer = fabricate(theirs, "2026-02-01 00:00:00", ratio=2.0)
+    render(theirs, newer, other, keep_runs=True)
+    shutil.copy(other / "runs.jsonl", folder / "runs.jsonl")  # the pull
+    before = (folder / "runs.jsonl").read_bytes()
+
+    status, _ = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 0
+    assert (folder / "runs.jsonl").read_bytes() == before  # a read-only command never writes the export
+    assert newer in (folder / "README.md").read_text()  # and the newer run is the board's
+    status, _ = zoo_here(capsys, "compare", first, newer, "--out", folder)
+    assert status == 0 and (folder / "runs.jsonl").read_bytes() == before
+    assert set(Store(folder / "results.sqlite", readonly=True).runs().run_id) == {first}  # nor the database
+
+
+def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
+    """On a copy of the real committed board: leaderboard and compare change nothing; a smoke run, a run of one
+    variant and a merge keep every run the export had, line for line."""
+    copy = tmp_path / "leaderboard"
+    shutil.copytree(REPO / "leaderboard", copy, ignore=shutil.ignore_patterns("*.sqlite*", ".zoo-cache"))
+    before, kept = snapshot(copy), exported_runs(copy)
+    runs = sorted(kept)
+    assert zoo_here(capsys, "leaderboard", "--out", copy)[0] == 0
+    assert zoo_here(capsys, "compare", runs[0], runs[-1], "--out", copy)[0] == 0
+    assert snapshot(copy) == before  # byte-identical board and export, and no database made
+
+    done = run_zoo("run", "dot-product", "--profile", "smoke", "--suite", "correctness", "--out", copy)
+    assert done.returncode == 0, done.stderr
+    after = exported_runs(copy)
+    assert {run: after.get(run) for run in kept} == kept and len(after) == len(kept) + 1
+
+    elsewhere = tmp_path / "elsewhere"
+    published(elsewhere)
+    status, lines = zoo_here(capsys, "merge", elsewhere / "results.sqlite", "--out", copy)
+    assert status == 0 and lines == [f"zoo: merged 1 run(s) from {elsewhere / 'results.sqlite'}"]
+    merged = exported_runs(copy)
+    assert {run: merged.get(run) for run in after} == after and len(merged) == len(after) + 1
+
+
+def test_three_hundred_runs_of_the_same_settings_are_all_kept(tmp_path, capsys):
+    folder = tmp_path / "board"
+    store = Store(folder / "results.sqlite")
+    ids = [fabricate(store, f"2026-01-01 00:{i // 60:02d}:{i % 60:02d}") for i in range(300)]
+    render(store, ids[-1], folder, keep_runs=True)
+    assert len(exported_runs(folder)) == 300
+    (folder / "results.sqlite").unlink()  # a fresh checkout
+    before = (folder / "runs.jsonl").read_bytes()
+    assert zoo_here(capsys, "leaderboard", "--out", folder)[0] == 0
+    assert (folder / "runs.jsonl").read_bytes() == before
+    elsewhere = tmp_path / "elsewhere"
+    published(elsewhere, started="2026-03-01 00:00:00")
+    assert zoo_here(capsys, "merge", elsewhere / "runs.jsonl", "--out", folder)[0] == 0
+    assert len(exported_runs(folder)) == 301
+
+
+def test_only_prune_removes_runs_and_it_names_each(tmp_path, capsys):
+    folder = tmp_path / "board"
+    store = Store(folder / "results.sqlite")
+    old = fabricate(store, "2026-01-01 00:00:00", settings={"name": "full", "reference_length": 64})
+    shown = fabricate(store, "2026-01-02 00:00:00")
+    render(store, shown, folder, keep_runs=True)
+    board = snapshot(folder)
+    status, lines = zoo_here(capsys, "prune", "--dry-run", "--out", folder)
+    assert status == 0 and any(f"would remove run {old}" in line for line in lines)
+    assert snapshot(folder) == board
+    status, lines = zoo_here(capsys, "prune", "--out", folder)
+    assert status == 0 and any(f"removed run {old} (started 2026-01-01 00:00:00, 2 jobs, 3 rows)" in line for line in lines)
+    assert set(exported_runs(folder)) == {shown} and list(store.runs().run_id) == [shown]
+    assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == \
+        {k: v for k, v in board.items() if k not in ("runs.jsonl", "results.sqlite")}  # the board did not change
+
+
+def test_a_run_changed_on_both_sides_is_an_error_naming_it_and_nothing_changes(tmp_path, capsys):
+    folder = tmp_path / "board"
+    store, [run] = published(folder)
+    store.record_job(run, "dot-product", "extra", "done", 0.1, {}, [])  # changed here since the export was written
+    lines = (folder / "runs.jsonl").read_text().splitlines()
+    (folder / "runs.jsonl").write_text("\n".join(line.replace('"value": 1e-16', '"value": 2e-16') for line in lines) + "\n")
+    before = snapshot(folder)
+    for args in (["leaderboard"], ["compare", run, run], ["prune"]):
+        status, out = zoo_here(capsys, *args, "--out", folder)
+        assert status == 2 and len(out) == 1 and f"run {run!r}" in out[0] and "runs.jsonl" in out[0], (args, out)
+    assert snapshot(folder) == before
+
+
+def test_a_run_changed_on_one_side_takes_that_sides_copy(tmp_path, capsys):
+    """Resumed here since the export was written: the database's copy; pulled there: the export's."""
+    folder = tmp_path / "board"
+    store, [run] = published(folder)
+    store.record_job(run, "linear", "correctness", "done", 0.1, {}, [])  # a resumed run, not yet exported
+    assert "linear" in set(BoardFolder(folder).for_reading().jobs(run).variant)
+    assert zoo_here(capsys, "merge", tmp_path / "nothing.sqlite", "--out", folder)[0] == 2  # no such file
+    published(tmp_path / "unrelated")
+    assert zoo_here(capsys, "merge", tmp_path / "unrelated" / "results.sqlite", "--out", folder)[0] == 0
+    assert "linear" in {job["variant"] for job in read_export(folder / "runs.jsonl")[run].jobs}  # exported now
+
+    text = (folder / "runs.jsonl").read_text().replace('"value": 1e-16', '"value": 3e-16')  # pulled: changed there
+    (folder / "runs.jsonl").write_text(text)
+    BoardFolder(folder).for_writing()
+    assert 3e-16 in set(store.results(run).value)
+
+
+# --- a validated import ------------------------------------------------------------------------------------
+
+
+def _line(folder: Path, table: str) -> int:
+    lines = (folder / "runs.jsonl").read_text().splitlines()
+    return next(i for i, line in enumerate(lines) if json.loads(line)["table"] == table)
+
+
+def _set(column, value):
+    def edit(record):
+        record[column] = value
+        return record
+
+    return edit
+
+
+BAD_LINES = [
+    ("runs", _set("settings", 5), "runs.settings: expected JSON text of an object, got 5"),
+    ("runs", _set("settings", "a string"), "runs.settings: expected JSON text of an object, got text that is not JSON"),
+    ("runs", _set("run_id", None), "runs.run_id: expected text, got null"),
+    ("runs", _set("run_id", 123), "runs.run_id: expected text, got 123"),
+    ("results", _set("n", "abc"), 'results.n: expected an integer (64-bit) or null, got "abc"'),
+    ("results", _set("value", "abc"), 'results.value: expected a number or null, got "abc"'),
+    ("results", _set("samples", "[1, 2"), "results.samples: expected JSON text of a list of numbers, got text"),
+    ("results", _set("status", "great"), "results.status: expected one of passed"),
+    ("jobs", _set("provenance", "xyz"), "jobs.provenance: expected JSON text of an object, got text that is not JSON"),
+    ("jobs", _set("run_id", "no-such-run"), "a jobs record of run 'no-such-run', which has no runs line"),
+    ("results", _set("suite", "no-such-job"), "a result row of job dot-product/no-such-job"),
+    ("jobs", lambda r: {k: v for k, v in r.items() if k != "seconds"}, "a jobs record without seconds"),
+    ("jobs", _set("dropped", 1), "a jobs record with columns this zoo does not know: dropped"),
+    ("runs", _set("table", "nothing"), "'table' must be one of runs, jobs, results"),
+]
+
+
+@pytest.mark.parametrize("table, edit, message", BAD_LINES, ids=[m.split(":")[0] for _, _, m in BAD_LINES])
+def test_a_bad_export_line_is_refused_by_file_and_line_before_anything_is_written(tmp_path, capsys, table, edit, message):
+    folder = tmp_path / "board"
+    published(folder)
+    (folder / "results.sqlite").unlink()  # a fresh checkout: nothing but the committed files
+    lines = (folder / "runs.jsonl").read_text().splitlines()
+    number = _line(folder, table)
+    lines[number] = json.dumps(edit(json.loads(lines[number])))
+    (folder / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    before = snapshot(folder)
+    status, out = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 2 and len(out) == 1, out
+    assert f"runs.jsonl:{number + 1}: " in out[0] and message in out[0], out[0]
+    assert snapshot(folder) == before  # no database left behind, no board file touched
+
+
+def test_a_duplicated_line_and_a_byte_that_is_not_utf8_are_refused_by_every_command(tmp_path, capsys):
+    folder = tmp_path / "board"
+    published(folder)
+    (folder / "results.sqlite").unlink()
+    good = (folder / "runs.jsonl").read_bytes()
+    first = good.split(b"\n")[0]
+    for bad, message in ((first + b"\n" + good, "runs.jsonl:2: run "),
+                         (good + b'{"table": "\xff"}\n', "not UTF-8 text (byte 0xff at column 12)")):
+        (folder / "runs.jsonl").write_bytes(bad)
+        before = snapshot(folder)
+        for args in (["leaderboard"], ["compare", "a", "b"], ["prune"],
+                     ["run", "dot-product", "--suite", "correctness", "--profile", "smoke"]):
+            status, out = zoo_here(capsys, *args, "--out", folder)
+            assert status == 2 and len(out) == 1 and message in out[0], (args, out)
+        other = tmp_path / "other"
+        status, out = zoo_here(capsys, "merge", folder / "runs.jsonl", "--out", other)
+        assert status == 2 and message in out[0]
+        assert snapshot(folder) == before and not (other / "results.sqlite").exists()
+
+
+def test_another_databases_values_are_checked_before_they_are_merged(tmp_path, capsys):
+    import sqlite3
+
+    source_folder, folder = tmp_path / "source", tmp_path / "board"
+    published(source_folder)
+    with sqlite3.connect(source_folder / "results.sqlite") as db:
+        db.execute("UPDATE results SET n = 'abc'")  # SQLite keeps text in an INTEGER column
+    published(folder)
+    before = snapshot(folder)
+    status, out = zoo_here(capsys, "merge", source_folder / "results.sqlite", "--out", folder)
+    assert status == 2 and "results.n: expected an integer" in out[0] and "results.sqlite" in out[0]
+    assert snapshot(folder) == before
+
+
+# --- atomic output ------------------------------------------------------------------------------------------
+
+
+def _two_boards(folder: Path) -> tuple[Store, str, dict, dict]:
+    """A folder showing run A, and what it holds once run B is published: (store, B, old files, new files)."""
+    store = Store(folder / "results.sqlite")
+    first = fabricate(store, "2026-01-01 00:00:00", variants=("dot-product", "linear"))
+    render(store, first, folder, keep_runs=True)
+    old = snapshot(folder)
+    second = fabricate(store, "2026-01-02 00:00:00", variants=("dot-product", "linear"), ratio=3.0)
+    scratch = folder.parent / "rendered"
+    shutil.copytree(folder, scratch)
+    render(Store(scratch / "results.sqlite"), second, scratch, keep_runs=True)
+    new = snapshot(scratch)
+    shutil.rmtree(scratch)
+    assert old != new
+    return store, second, old, new
+
+
+def _board_files(files: dict) -> dict:
+    return {k: v for k, v in files.items() if k != "results.sqlite"}
+
+
+@pytest.mark.parametrize("failing_write", [1, 3, 6])
+def test_a_full_disk_while_publishing_leaves_the_previous_board_and_no_temporary_file(tmp_path, monkeypatch, failing_write):
+    import zoo.folder
+
+    folder = tmp_path / "board"
+    store, second, old, _ = _two_boards(folder)
+    real, calls = zoo.folder._write_durably, []
+
+    def fills_the_disk(path, content):
+        calls.append(path)
+        if len(calls) == failing_write:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, content)
+
+    monkeypatch.setattr(zoo.folder, "_write_durably", fills_the_disk)
+    with pytest.raises(FolderError, match="no space left on the disk holding .*the board was not written; the previous one"):
+        render(store, second, folder, keep_runs=True)
+    assert _board_files(snapshot(folder)) == _board_files(old)
+    assert list((folder / ".zoo-cache").iterdir()) == [folder / ".zoo-cache" / "lock"]
+    assert second in set(store.runs().run_id)  # the finished results stay in the store
+
+
+def test_a_full_disk_while_recording_a_job_is_called_a_full_disk(tmp_path, monkeypatch):
+    import sqlite3
+
+    store = Store(tmp_path / "results.sqlite")
+    run = fabricate(store, "2026-01-01 00:00:00")
+    real = Store._connect
+
+    def full(self):
+        connection = real(self)
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count = {pages}")
+        return connection
+
+    monkeypatch.setattr(Store, "_connect", full)
+    with pytest.raises(StoreError, match="no space left on the disk holding .*the jobs finished before it are kept") as caught:
+        store.record_job(run, "linear", "speed", "done", 0.1, {}, [{"check": "c", "status": "passed", "detail": "x" * 10 ** 6}])
+    assert "not a usable" not in str(caught.value)
+    monkeypatch.setattr(Store, "_connect", real)
+    assert sqlite3.connect(tmp_path / "results.sqlite").execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert set(store.jobs(run).suite) == {"correctness", "speed"}
+
+
+KILLED_PUBLISHER = """
+import os, signal, sys, time
+from pathlib import Path
+from zoo.leaderboard import render
+from zoo.store import Store
+
+folder, run_id, crash_at = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+if crash_at >= 0:  # die at the crash_at-th rename of the publication, the commit's most delicate moment
+    real, count = os.replace, [0]
+    def replace(src, dst):
+        if count[0] == crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        count[0] += 1
+        real(src, dst)
+    os.replace = replace
+store = Store(folder / "results.sqlite")
+print("ready", flush=True)
+started = time.perf_counter()
+render(store, run_id, folder, keep_runs=True)
+print(time.perf_counter() - started, flush=True)
+"""
+
+
+def test_a_publisher_killed_anywhere_leaves_a_board_all_old_or_all_new(tmp_path):
+    """SIGKILL at 20 moments spread over a publication, and at each rename of its commit: after the next command
+    opens the folder (which finishes or discards an interrupted publication) every board file is from one of them."""
+    folder = tmp_path / "board"
+    _, second, old, new = _two_boards(folder)
+    pristine = tmp_path / "pristine"
+    shutil.copytree(folder, pristine)
+
+    def publisher(crash_at=-1):
+        return subprocess.Popen([sys.executable, "-c", KILLED_PUBLISHER, str(folder), second, str(crash_at)],
+                                stdout=subprocess.PIPE, text=True)
+
+    def reset():
+        shutil.rmtree(folder)
+        shutil.copytree(pristine, folder)
+
+    calibration = publisher()
+    assert calibration.stdout.readline().strip() == "ready"
+    duration = float(calibration.communicate(timeout=120)[0])
+    outcomes = []
+    for attempt in range(20):
+        reset()
+        process = publisher()
+        assert process.stdout.readline().strip() == "ready"
+        time.sleep(duration * 1.2 * attempt / 19)
+        process.kill()
+        process.wait(timeout=60)
+        outcomes.append(_after_recovery(folder, old, new))
+    for crash_at in range(len(BOARD_FILES) + 3):  # each rename of the commit (board files, plots, journal)
+        reset()
+        publisher(crash_at).wait(timeout=120)
+        outcomes.append(_after_recovery(folder, old, new))
+    assert "old" in outcomes and "new" in outcomes, outcomes
+
+
+def _after_recovery(folder: Path, old: dict, new: dict) -> str:
+    BoardFolder(folder).for_reading()  # what any command does first
+    files = {k: v for k, v in _board_files(snapshot(folder)).items()}
+    assert files in (_board_files(old), _board_files(new)), sorted(set(files.items()) ^ set(_board_files(new).items()))
+    assert not [p for p in (folder / ".zoo-cache").iterdir() if p.name != "lock"]
+    return "old" if files == _board_files(old) else "new"
+
+
+def test_six_renderers_and_a_run_on_one_folder_at_once_all_succeed(tmp_path):
+    folder = tmp_path / "board"
+    published(folder)
+    processes = [subprocess.Popen([sys.executable, "-m", "zoo", "leaderboard", "--out", str(folder)],
+                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    processes.append(subprocess.Popen([sys.executable, "-m", "zoo", "run", "dot-product", "--suite", "correctness",
+                                       "--profile", "smoke", "--out", str(folder)], stderr=subprocess.PIPE, text=True))
+    for process in processes:
+        assert process.wait(timeout=300) == 0, process.stderr.read()
+    assert len(exported_runs(folder)) == 2
+    assert not [p for p in (folder / ".zoo-cache").iterdir() if p.name != "lock"]
+
+
+# --- the SQLite store under abuse -----------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _damaged(folder: Path) -> Path:
+    import sqlite3
+
+    store = Store(folder / "results.sqlite")
+    for day in range(1, 4):
+        fabricate(store, f"2026-01-0{day} 00:00:00", variants=[f"v{i}" for i in range(30)])
+    with sqlite3.connect(store.path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+        db.execute("PRAGMA journal_mode = DELETE")
+    with open(store.path, "r+b") as handle:  # pages 2 and 3 overwritten
+        handle.seek(page)
+        handle.write(os.urandom(2 * page))
+    return store.path
+
+
+@pytest.mark.parametrize("damage", ["pages 2-3 overwritten", "0 bytes"])
+def test_a_damaged_or_empty_store_is_refused_by_every_command_and_never_modified(tmp_path, capsys, damage):
+    folder = tmp_path / "board"
+    folder.mkdir()
+    database = _damaged(folder) if damage != "0 bytes" else folder / "results.sqlite"
+    if damage == "0 bytes":
+        database.write_bytes(b"")
+    before = _digest(database)
+    elsewhere = tmp_path / "elsewhere"
+    published(elsewhere)
+    for args in (["leaderboard", "--out", folder], ["compare", "a", "b", "--out", folder],
+                 ["prune", "--out", folder], ["merge", elsewhere / "results.sqlite", "--out", folder],
+                 ["merge", database, "--out", elsewhere],
+                 ["run", "dot-product", "--suite", "correctness", "--profile", "smoke", "--out", folder],
+                 ["run-all", "--resume", "--profile", "smoke", "--out", folder]):
+        status, out = zoo_here(capsys, *args)
+        assert status == 2 and len(out) == 1 and "results.sqlite" in out[0], (args, out)
+        assert ("damaged" if damage != "0 bytes" else "is empty (0 bytes)") in out[0], out
+    assert _digest(database) == before
+    assert not database.with_name("results.sqlite-wal").exists()
+
+
+@contextlib.contextmanager
+def read_only_view(source: Path, view: Path):
+    """``source`` seen through a read-only bind mount: read-only media, where even root cannot write."""
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(source), str(view)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a read-only view needs a bind mount, which this machine refuses ({mounted.stderr.strip()})")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True, capture_output=True)
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+def test_a_store_on_read_only_media_is_read_and_never_written(tmp_path, capsys):
+    """A WAL store where no WAL index can be made: merge and compare read it, leaderboard says it cannot write."""
+    published(tmp_path / "board")
+    for leftover in (tmp_path / "board").glob("results.sqlite-*"):
+        leftover.unlink()
+    before = snapshot(tmp_path / "board")
+    with read_only_view(tmp_path / "board", tmp_path / "media") as media:
+        status, out = zoo_here(capsys, "merge", media / "results.sqlite", "--out", tmp_path / "target")
+        assert status == 0 and out == [f"zoo: merged 1 run(s) from {media / 'results.sqlite'}"], out
+        run = Store(tmp_path / "target" / "results.sqlite").latest_run()
+        assert zoo_here(capsys, "compare", run, run, "--out", media)[0] == 0
+        status, out = zoo_here(capsys, "leaderboard", "--out", media)
+        assert status == 2 and out == [f"zoo: error: --out: cannot write to {str(media)!r} (not writable)"], out
+    assert snapshot(tmp_path / "board") == before
+
+
+def test_a_merge_of_a_different_copy_of_a_run_is_refused_and_names_it(tmp_path, capsys):
+    folder, other = tmp_path / "board", tmp_path / "other"
+    store, [run] = published(folder)
+    shutil.copytree(folder, other)
+    Store(other / "results.sqlite").record_job(run, "linear", "speed", "done", 0.1, {}, [])
+    before = snapshot(folder)
+    status, out = zoo_here(capsys, "merge", other / "results.sqlite", "--out", folder)
+    assert status == 2 and len(out) == 1 and f"{run!r}" in out[0] and "nothing was merged" in out[0], out
+    assert snapshot(folder) == before
+    status, out = zoo_here(capsys, "merge", folder / "results.sqlite", "--out", other)
+    assert status == 2
+    status, out = zoo_here(capsys, "merge", folder / "runs.jsonl", "--out", folder)  # itself: nothing new
+    assert status == 0 and out == [f"zoo: merged 0 run(s) from {folder / 'runs.jsonl'} (1 already here)"]
+
+
+# --- one validation for the CLI and the Python API ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"repeats": 0}, "--repeats: must be a positive integer, got 0"),
+    ({"threads": -1}, "--threads: must be a positive integer, got -1"),
+    ({"timeout": -5}, "--timeout: must be more than 0, got -5"),
+    ({"memory_limit_gib": float("nan")}, "--memory-limit: must be a finite number, got nan"),
+    ({"memory_limit_gib": 0.0001}, "--memory-limit: must be more than 1, got 0.0001"),
+    ({"lengths": "1024"}, "--lengths: expected a list of integers, got '1024'"),
+    ({"lengths": [256, "512"]}, "--lengths: expected a list of integers"),
+    ({"suites": [None]}, "--suite: expected a name or a list of names, got [None]"),
+    ({"variants": 5}, "variants: expected a name or a list of names, got 5"),
+    ({"options": ["window"]}, "--option: expected a mapping"),
+    ({"address": "host:1"}, "--address: only used with --executor ray"),
+])
+def test_the_python_api_refuses_what_the_cli_refuses_before_anything_is_written(tmp_path, options, message):
+    out = tmp_path / "never-made"
+    with pytest.raises(zoo.ZooError, match="^" + message.replace("[", r"\[").replace("(", r"\(")):
+        zoo.run(**{"variants": ["dot-product"], **options}, out=out, profile="smoke")
+    assert not out.exists()
+
+
+def test_the_cli_refuses_a_memory_cap_no_worker_can_start_under(tmp_path):
+    done = run_zoo("run", "dot-product", "--memory-limit", "0.0001", "--out", tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "zoo: error: --memory-limit: must be more than 1, got 0.0001 (GiB: a worker needs about 1 GiB of address "
+        "space to start torch)"]
+
+
+def test_one_name_is_one_variant_and_a_crash_under_a_memory_cap_names_the_cap(tmp_path):
+    from zoo.runner import RunOptions, _failure_reason
+
+    results = zoo.run("dot-product", suites="correctness", profile="smoke", out=tmp_path)
+    assert set(results.variant) == {"dot-product"} and set(results.suite) == {"correctness"}
+    options = RunOptions(profile=None, timeout_seconds=1, memory_limit_bytes=2 ** 20)
+    reason = _failure_reason(-signal.SIGSEGV, False, options, tmp_path / "no-log")
+    assert reason == "worker crashed with signal SIGSEGV (it ran under a memory cap of 0.000977 GiB, --memory-limit)"
+
+
+def test_inputs_of_a_wrong_dtype_or_device_name_the_variant_and_the_input():
+    import torch
+
+    layer = zoo.create("dot-product", d_model=8, num_heads=2)
+    x = torch.randn(1, 4, 8)
+    with pytest.raises(zoo.contract.VariantInputError, match="variant 'dot-product': query must be a floating-point tensor, got torch.int64"):
+        layer(x.long(), x, x)
+    with pytest.raises(zoo.contract.VariantInputError, match="query, key and value must have one dtype, got torch.float32, torch.float64"):
+        layer(x, x.double(), x)
+    with pytest.raises(zoo.contract.VariantInputError, match="must be on one device, got cpu, meta"):
+        layer(x, x.to("meta"), x)
+    with pytest.raises(zoo.contract.VariantInputError, match="attn_mask must be on the inputs' device"):
+        layer(x, x, x, attn_mask=torch.ones(4, 4, dtype=torch.bool, device="meta"))
+    with pytest.raises(zoo.ZooError, match="a variant name must be a string, got None"):
+        zoo.create(None, d_model=8)
+
+
+# --- signals and pipes ----------------------------------------------------------------------------------------
+
+
+def test_sigterm_stops_a_run_like_ctrl_c_and_resume_finishes_it(tmp_path):
+    args = [sys.executable, "-m", "zoo", "run", "dot-product", "linear", "multi-head", "--suite", "correctness",
+            "--profile", "smoke", "--out", str(tmp_path)]
+    process = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    assert process.stderr.readline().startswith("zoo: run ")
+    assert process.stderr.readline().startswith("[1/3] dot-product")  # one job finished and recorded
+    process.send_signal(signal.SIGTERM)
+    rest = process.communicate(timeout=120)[1].strip().splitlines()
+    assert process.returncode == 128 + signal.SIGTERM, rest
+    assert rest[-1] == "zoo: interrupted (SIGTERM); finished jobs are kept (zoo run-all --resume continues)", rest
+    assert not any("Traceback" in line for line in rest)
+    store = Store(tmp_path / "results.sqlite")
+    run = store.latest_run(unfinished=True)
+    assert "dot-product" in set(store.jobs(run).variant)
+    resumed = run_zoo(*args[3:], "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert set(store.jobs(run).variant) == {"dot-product", "linear", "multi-head"}
+
+
+def test_a_closed_stdout_ends_quietly():
+    read, write = os.pipe()
+    os.close(read)  # as `| head` does once it has its lines
+    done = subprocess.run([sys.executable, "-m", "zoo", "show", "windowed"], stdout=write, stderr=subprocess.PIPE,
+                          text=True, timeout=120)
+    os.close(write)
+    assert done.returncode == 128 + signal.SIGPIPE and done.stderr == "", done.stderr
