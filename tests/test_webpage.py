@@ -1,4 +1,5 @@
-"""The leaderboard's web page (index.html): self-contained, and working in a real headless browser."""
+"""The leaderboard's web page (index.html): self-contained, working in a real headless browser, and
+showing any plugin or error text as text."""
 
 import re
 import shutil
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from zoo.leaderboard import render
+from zoo.store import Store
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
 
@@ -84,3 +86,63 @@ def test_the_long_sequence_plot_is_on_the_same_page_when_its_board_is_published_
     text = (out / "index.html").read_text()
     assert text.count('src="data:image/png;base64,') == len(list(out.glob("*.png"))) + 1
     assert "time up to long sequences (from long-sequences/" in text
+
+
+PLUGIN_TEXT_FIELDS = ("summary", "citation", "family", "option", "target note", "setting", "detail", "unit",
+                      "error", "command", "cpu", "location", "plugin")
+"""Every text a plugin (its card, its check rows, where it was loaded from), an error or the run's command
+line puts on the board."""
+
+NASTY = "<!--<script> </script> \u2028"
+"""Opens HTML's double-escaped script state (no ``-->`` follows to leave it), which swallowed the page's
+own script into the data block."""
+
+
+def plugin_text_board(path: Path, text: dict[str, str]) -> tuple[Store, str, dict]:
+    """A store holding one run with ``text`` (keyed by :data:`PLUGIN_TEXT_FIELDS`) in every such field: a
+    ranked core, a ranked layer and an unranked core whose correctness check failed with the error text.
+    Returns (store, run id, {variant: the texts its page shows: summary, check setting, check detail})."""
+    store = Store(path)
+    run = store.start_run({"name": "smoke", "reference_length": 64},
+                          {"device": "cpu", "cpu": text["cpu"], "command": text["command"]}, "2026-01-01 00:00:00")
+    pages = {}
+    for variant, kind, approximates, status in (("plain", "core", None, "passed"), ("projected", "layer", "softmax", "passed"),
+                                                ("broken", "core", None, "failed")):
+        pages[variant] = {"summary": f"{variant}: {text['summary']}", "setting": f"{text['setting']} rank={text['option']}",
+                          "detail": text["error"] if status == "failed" else text["detail"]}
+        card = {"summary": pages[variant]["summary"], "citation": text["citation"], "family": text["family"], "kind": kind,
+                "approximates": approximates, "tags": {"has_parameters": kind == "layer"},
+                "options": {"rank": text["option"]},
+                "targets": [{"check": "x-torch-sdpa", "at_most": 1.0, "mode": "full", "phase": "fwd+bwd", "n": 64,
+                             "note": text["target note"]}]}
+        provenance = {"plugin": text["plugin"], "kind": "file", "location": text["location"], "card": card}
+        store.record_job(run, variant, "correctness", "done", 0.1, provenance, [
+            {"check": "reference-float64", "status": status, "setting": pages[variant]["setting"], "unit": text["unit"],
+             "detail": pages[variant]["detail"]}])
+    return store, run, pages
+
+
+def test_plugin_text_that_opens_comments_and_scripts_leaves_every_row_and_variant_page_working(tmp_path):
+    executable = _browser()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extras")
+    store, run, pages = plugin_text_board(tmp_path / "results.sqlite",
+                                          {field: f"{field} {NASTY}" for field in PLUGIN_TEXT_FIELDS})
+    render(store, run, tmp_path / "board")
+    errors = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto((tmp_path / "board" / "index.html").as_uri())
+        ranked = page.eval_on_selector_all("table[id^=table-] tbody tr", "rows => rows.map(r => r.dataset.variant)")
+        assert sorted(ranked) == ["plain", "projected"]
+        assert page.inner_text("#visible-count") == "2 ranked variant(s) shown"
+        for variant, shown in pages.items():  # from its ranked row's link, or from the list of unranked ones
+            page.locator(f"a[href='#variant-{variant}']").first.click()
+            assert page.inner_text("#variant-title") == variant
+            assert page.text_content("#variant-panel p") == shown["summary"]  # the first paragraph, verbatim
+            checks = page.eval_on_selector_all("#variant-panel td", "cells => cells.map(c => c.textContent)")
+            assert shown["setting"] in checks and shown["detail"] in checks
+        browser.close()
+    assert errors == []
