@@ -1,12 +1,21 @@
 """The leaderboard's web page (index.html): self-contained, working in a real headless browser, and
 showing any plugin or error text as text."""
 
+import json
 import re
 import shutil
+import tempfile
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import NamedTuple
+from unittest import mock
+from urllib.parse import unquote
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from zoo import webpage
 from zoo.leaderboard import render
 from zoo.store import Store
 
@@ -146,3 +155,123 @@ def test_plugin_text_that_opens_comments_and_scripts_leaves_every_row_and_varian
             assert shown["setting"] in checks and shown["detail"] in checks
         browser.close()
     assert errors == []
+
+
+FRAGMENTS = ("<!--", "<script>", "</script>", "</SCRIPT ", "-->", "<", ">", "&", "&amp;", '"', "'", "`", "|", "%",
+             "\\", "\u2028", "\u2029", "\x00", "\r\n")
+"""Pieces that end or open something in HTML, JSON, JavaScript, URLs or Markdown, so that generated text
+holds them far more often than uniformly random characters would."""
+
+plugin_texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(st.characters(exclude_categories=["Cs"]))),
+                        max_size=6).map("".join)
+"""Any text (control characters included) but lone surrogates: UTF-8, SQLite and Python's strings in a page
+cannot hold those, so no plugin text can carry one to the board."""
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | plugin_texts,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(plugin_texts, children, max_size=3), max_leaves=8)
+
+PAGE_SETTINGS = settings(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""The same examples on every run and no time limit per example: a busy 2-core CI machine passes it too."""
+
+
+class Element(NamedTuple):
+    tag: str
+    attributes: dict
+    text: list[str]
+
+
+class Elements(HTMLParser):
+    """A page's elements in document order, as an HTML parser reads them, each with the text inside it."""
+
+    VOID = ("meta", "img")
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.elements: list[Element] = []
+        self.open: list[Element] = []
+        self.feed(page)
+        self.close()
+        assert not self.open
+
+    def handle_starttag(self, tag, attrs):
+        element = Element(tag, dict(attrs), [])
+        self.elements.append(element)
+        if tag not in self.VOID:
+            self.open.append(element)
+
+    def handle_endtag(self, tag):
+        assert self.open.pop().tag == tag  # each element ends where the template ends it
+
+    def handle_data(self, data):
+        for element in self.open:
+            element.text.append(data)
+
+
+def _no_constant(name):
+    raise AssertionError(f"{name} is not JSON that JSON.parse reads")
+
+
+def assert_page_shows(page: str, data: dict, captions: list[str]) -> None:
+    """``page`` holds ``data`` as a browser reads it: the data block, from its start tag to the first
+    ``</script`` (where a browser ends it), parses back to exactly ``data`` and is followed by the page's own
+    script, intact; there are no other script elements; every text and attribute shows its data verbatim."""
+    start = '<script type="application/json" id="board-data">'
+    block = page.split(start, 1)[1].split("</script", 1)[0]
+    assert "<" not in block  # no "<!--" or "<script": the tokenizer never leaves plain script data
+    assert json.loads(block, parse_constant=_no_constant) == data
+    assert page.endswith(f"{start}{block}</script>\n<script>{webpage.SCRIPT}</script>\n</body></html>\n")
+    assert len(re.findall("<script", page, re.IGNORECASE)) == 2
+
+    elements = Elements(page).elements
+    texts = {tag: ["".join(e.text) for e in elements if e.tag == tag] for tag in ("p", "h3", "li", "th", "td", "figcaption")}
+    unranked = data["unranked"]
+    assert [e.attributes["id"] for e in elements if "id" in e.attributes] == [
+        "family-filter", "capability-filter", "approximation-filter", "visible-count",
+        *[f"table-{group['kind']}" for group in data["groups"]], *(["unranked"] if unranked else []),
+        "variant-panel", "board-data"]
+    assert data["run"] in texts["p"][0] and texts["p"][1] == data["intro"].replace("*", "")
+    assert texts["h3"] == [group["title"] for group in data["groups"]] + (["Not ranked"] if unranked else [])
+    assert texts["li"] == data["notes"] + [f"{u['variant']}: {u['why']}" for u in unranked]
+    assert [unquote(e.attributes["href"]) for e in elements if e.tag == "a"] == [f"#variant-{u['variant']}" for u in unranked]
+    assert texts["th"] == list(data["environment"]) and texts["td"] == list(data["environment"].values())
+    assert texts["figcaption"] == captions == [e.attributes["alt"] for e in elements if e.tag == "img"]
+
+
+@settings(PAGE_SETTINGS, max_examples=15)
+@given(text=st.fixed_dictionaries({field: plugin_texts for field in PLUGIN_TEXT_FIELDS}))
+def test_any_plugin_text_reaches_the_page_and_readme_as_text(text):
+    with tempfile.TemporaryDirectory() as folder:
+        store, run, pages = plugin_text_board(Path(folder) / "results.sqlite", text)
+        with mock.patch.object(webpage, "write", wraps=webpage.write) as write:
+            readme, page = (path.read_bytes().decode() for path in render(store, run, Path(folder) / "board")[:2])
+    data = write.call_args.args[1]
+    assert_page_shows(page, data, captions=[])
+    for variant, shown in pages.items():  # the texts did reach the page's data
+        card = data["variants"][variant]
+        assert card["summary"] == shown["summary"] and card["checks"][0]["detail"] == shown["detail"]
+        assert card["checks"][0]["setting"] == shown["setting"] and card["targets"][0]["target"] == text["target note"]
+        assert (card["family"], card["citation"], card["provenance"]["plugin"]) == (text["family"], text["citation"], text["plugin"])
+    assert data["environment"]["command"] == text["command"] and data["environment"]["cpu"] == text["cpu"]
+
+    assert "<" not in readme  # cell() escaped every text; no raw "|" splits a table row
+    tables = re.findall(r"(?:^\|.*\n)+", readme, re.MULTILINE)
+    assert tables and all(len({line.count("|") for line in table.splitlines()}) == 1 for table in tables)
+
+
+@settings(PAGE_SETTINGS, max_examples=40)
+@given(data=st.fixed_dictionaries({
+    "run": plugin_texts, "intro": plugin_texts, "environment": st.dictionaries(plugin_texts, plugin_texts, max_size=3),
+    "groups": st.lists(st.fixed_dictionaries({"kind": plugin_texts, "title": plugin_texts,
+                                              "columns": st.lists(plugin_texts, max_size=3),
+                                              "rows": st.lists(st.dictionaries(plugin_texts, json_values, max_size=3), max_size=2)}),
+                       max_size=2),
+    "notes": st.lists(plugin_texts, max_size=3), "capabilities": st.lists(plugin_texts, max_size=3),
+    "unranked": st.lists(st.fixed_dictionaries({"variant": plugin_texts, "why": plugin_texts}), max_size=2),
+    "variants": st.dictionaries(plugin_texts, json_values, max_size=3)}), captions=st.lists(plugin_texts, max_size=2))
+def test_every_text_the_page_writes_stays_in_its_html_context(data, captions):
+    with tempfile.TemporaryDirectory() as folder:
+        plot = Path(folder) / "plot.png"
+        plot.write_bytes(b"\x89PNG not drawn")
+        page = webpage.write(Path(folder) / "index.html", data, [(plot, caption) for caption in captions])
+        assert_page_shows(page.read_bytes().decode(), data, captions)  # its own line ends, "\r" kept
