@@ -11,6 +11,7 @@ def test_cell_escapes_pipes_newlines_backticks_and_html():
     text = cell("a|b\nc `code` <script>alert(1)</script>")
     assert "|" not in text and "\n" not in text and "`" not in text and "<script>" not in text
     assert "&lt;script&gt;" in text
+    assert cell("<!--<script>\u2028x") == "&lt;!--&lt;script&gt; x"  # what emptied index.html stays text here
 
 
 def test_gate_ranks_only_checked_variants_and_lists_correctness_failures_and_errors_anywhere():

@@ -1,12 +1,23 @@
-"""The leaderboard's web page (index.html): self-contained, and working in a real headless browser."""
+"""The leaderboard's web page (index.html): self-contained, working in a real headless browser, and
+showing any plugin or error text as text."""
 
+import json
 import re
 import shutil
+import tempfile
+from html.parser import HTMLParser
 from pathlib import Path
+from typing import NamedTuple
+from unittest import mock
+from urllib.parse import unquote
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from zoo import webpage
 from zoo.leaderboard import render
+from zoo.store import Store
 
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
 
@@ -84,3 +95,180 @@ def test_the_long_sequence_plot_is_on_the_same_page_when_its_board_is_published_
     text = (out / "index.html").read_text()
     assert text.count('src="data:image/png;base64,') == len(list(out.glob("*.png"))) + 1
     assert "time up to long sequences (from long-sequences/" in text
+
+
+PLUGIN_TEXT_FIELDS = ("summary", "citation", "family", "option", "target note", "setting", "detail", "unit",
+                      "error", "command", "cpu", "location", "plugin")
+"""Every text a plugin (its card, its check rows, where it was loaded from), an error or the run's command
+line puts on the board."""
+
+NASTY = "<!--<script> </script> \u2028"
+"""Opens HTML's double-escaped script state (no ``-->`` follows to leave it), which swallowed the page's
+own script into the data block."""
+
+
+def plugin_text_board(path: Path, text: dict[str, str]) -> tuple[Store, str, dict]:
+    """A store holding one run with ``text`` (keyed by :data:`PLUGIN_TEXT_FIELDS`) in every such field: a
+    ranked core, a ranked layer and an unranked core whose correctness check failed with the error text.
+    Returns (store, run id, {variant: the texts its page shows: summary, check setting, check detail})."""
+    store = Store(path)
+    run = store.start_run({"name": "smoke", "reference_length": 64},
+                          {"device": "cpu", "cpu": text["cpu"], "command": text["command"]}, "2026-01-01 00:00:00")
+    pages = {}
+    for variant, kind, approximates, status in (("plain", "core", None, "passed"), ("projected", "layer", "softmax", "passed"),
+                                                ("broken", "core", None, "failed")):
+        pages[variant] = {"summary": f"{variant}: {text['summary']}", "setting": f"{text['setting']} rank={text['option']}",
+                          "detail": text["error"] if status == "failed" else text["detail"]}
+        card = {"summary": pages[variant]["summary"], "citation": text["citation"], "family": text["family"], "kind": kind,
+                "approximates": approximates, "tags": {"has_parameters": kind == "layer"},
+                "options": {"rank": text["option"]},
+                "targets": [{"check": "x-torch-sdpa", "at_most": 1.0, "mode": "full", "phase": "fwd+bwd", "n": 64,
+                             "note": text["target note"]}]}
+        provenance = {"plugin": text["plugin"], "kind": "file", "location": text["location"], "card": card}
+        store.record_job(run, variant, "correctness", "done", 0.1, provenance, [
+            {"check": "reference-float64", "status": status, "setting": pages[variant]["setting"], "unit": text["unit"],
+             "detail": pages[variant]["detail"]}])
+    return store, run, pages
+
+
+def test_plugin_text_that_opens_comments_and_scripts_leaves_every_row_and_variant_page_working(tmp_path):
+    executable = _browser()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extras")
+    store, run, pages = plugin_text_board(tmp_path / "results.sqlite",
+                                          {field: f"{field} {NASTY}" for field in PLUGIN_TEXT_FIELDS})
+    render(store, run, tmp_path / "board")
+    errors = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto((tmp_path / "board" / "index.html").as_uri())
+        ranked = page.eval_on_selector_all("table[id^=table-] tbody tr", "rows => rows.map(r => r.dataset.variant)")
+        assert sorted(ranked) == ["plain", "projected"]
+        assert page.inner_text("#visible-count") == "2 ranked variant(s) shown"
+        for variant, shown in pages.items():  # from its ranked row's link, or from the list of unranked ones
+            page.locator(f"a[href='#variant-{variant}']").first.click()
+            assert page.inner_text("#variant-title") == variant
+            assert page.text_content("#variant-panel p") == shown["summary"]  # the first paragraph, verbatim
+            checks = page.eval_on_selector_all("#variant-panel td", "cells => cells.map(c => c.textContent)")
+            assert shown["setting"] in checks and shown["detail"] in checks
+        browser.close()
+    assert errors == []
+
+
+FRAGMENTS = ("<!--", "<script>", "</script>", "</SCRIPT ", "-->", "<", ">", "&", "&amp;", '"', "'", "`", "|", "%",
+             "\\", "\u2028", "\u2029", "\x00", "\r\n")
+"""Pieces that end or open something in HTML, JSON, JavaScript, URLs or Markdown, so that generated text
+holds them far more often than uniformly random characters would."""
+
+plugin_texts = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(st.characters(exclude_categories=["Cs"]))),
+                        max_size=6).map("".join)
+"""Any text (control characters included) but lone surrogates: UTF-8, SQLite and Python's strings in a page
+cannot hold those, so no plugin text can carry one to the board."""
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | plugin_texts,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(plugin_texts, children, max_size=3), max_leaves=8)
+
+PAGE_SETTINGS = settings(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+"""The same examples on every run and no time limit per example: a busy 2-core CI machine passes it too."""
+
+
+class Element(NamedTuple):
+    tag: str
+    attributes: dict
+    text: list[str]
+
+
+class Elements(HTMLParser):
+    """A page's elements in document order, as an HTML parser reads them, each with the text inside it."""
+
+    VOID = ("meta", "img")
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.elements: list[Element] = []
+        self.open: list[Element] = []
+        self.feed(page)
+        self.close()
+        assert not self.open
+
+    def handle_starttag(self, tag, attrs):
+        element = Element(tag, dict(attrs), [])
+        self.elements.append(element)
+        if tag not in self.VOID:
+            self.open.append(element)
+
+    def handle_endtag(self, tag):
+        assert self.open.pop().tag == tag  # each element ends where the template ends it
+
+    def handle_data(self, data):
+        for element in self.open:
+            element.text.append(data)
+
+
+def _no_constant(name):
+    raise AssertionError(f"{name} is not JSON that JSON.parse reads")
+
+
+def assert_page_shows(page: str, data: dict, captions: list[str]) -> None:
+    """``page`` holds ``data`` as a browser reads it: the data block, from its start tag to the first
+    ``</script`` (where a browser ends it), parses back to exactly ``data`` and is followed by the page's own
+    script, intact; there are no other script elements; every text and attribute shows its data verbatim."""
+    start = '<script type="application/json" id="board-data">'
+    block = page.split(start, 1)[1].split("</script", 1)[0]
+    assert "<" not in block  # no "<!--" or "<script": the tokenizer never leaves plain script data
+    assert json.loads(block, parse_constant=_no_constant) == data
+    assert page.endswith(f"{start}{block}</script>\n<script>{webpage.SCRIPT}</script>\n</body></html>\n")
+    assert len(re.findall("<script", page, re.IGNORECASE)) == 2
+
+    elements = Elements(page).elements
+    texts = {tag: ["".join(e.text) for e in elements if e.tag == tag] for tag in ("p", "h3", "li", "th", "td", "figcaption")}
+    unranked = data["unranked"]
+    assert [e.attributes["id"] for e in elements if "id" in e.attributes] == [
+        "family-filter", "capability-filter", "approximation-filter", "visible-count",
+        *[f"table-{group['kind']}" for group in data["groups"]], *(["unranked"] if unranked else []),
+        "variant-panel", "board-data"]
+    assert data["run"] in texts["p"][0] and texts["p"][1] == data["intro"].replace("*", "")
+    assert texts["h3"] == [group["title"] for group in data["groups"]] + (["Not ranked"] if unranked else [])
+    assert texts["li"] == data["notes"] + [f"{u['variant']}: {u['why']}" for u in unranked]
+    assert [unquote(e.attributes["href"]) for e in elements if e.tag == "a"] == [f"#variant-{u['variant']}" for u in unranked]
+    assert texts["th"] == list(data["environment"]) and texts["td"] == list(data["environment"].values())
+    assert texts["figcaption"] == captions == [e.attributes["alt"] for e in elements if e.tag == "img"]
+
+
+@settings(PAGE_SETTINGS, max_examples=15)
+@given(text=st.fixed_dictionaries({field: plugin_texts for field in PLUGIN_TEXT_FIELDS}))
+def test_any_plugin_text_reaches_the_page_and_readme_as_text(text):
+    with tempfile.TemporaryDirectory() as folder:
+        store, run, pages = plugin_text_board(Path(folder) / "results.sqlite", text)
+        with mock.patch.object(webpage, "page", wraps=webpage.page) as page_of:
+            readme, page = (path.read_bytes().decode() for path in render(store, run, Path(folder) / "board")[:2])
+    data = page_of.call_args.args[0]
+    assert_page_shows(page, data, captions=[])
+    for variant, shown in pages.items():  # the texts did reach the page's data
+        card = data["variants"][variant]
+        assert card["summary"] == shown["summary"] and card["checks"][0]["detail"] == shown["detail"]
+        assert card["checks"][0]["setting"] == shown["setting"] and card["targets"][0]["target"] == text["target note"]
+        assert (card["family"], card["citation"], card["provenance"]["plugin"]) == (text["family"], text["citation"], text["plugin"])
+    assert data["environment"]["command"] == text["command"] and data["environment"]["cpu"] == text["cpu"]
+
+    assert "<" not in readme  # cell() escaped every text; no raw "|" splits a table row
+    tables = re.findall(r"(?:^\|.*\n)+", readme, re.MULTILINE)
+    assert tables and all(len({line.count("|") for line in table.splitlines()}) == 1 for table in tables)
+
+
+@settings(PAGE_SETTINGS, max_examples=40)
+@given(data=st.fixed_dictionaries({
+    "run": plugin_texts, "intro": plugin_texts, "environment": st.dictionaries(plugin_texts, plugin_texts, max_size=3),
+    "groups": st.lists(st.fixed_dictionaries({"kind": plugin_texts, "title": plugin_texts,
+                                              "columns": st.lists(plugin_texts, max_size=3),
+                                              "rows": st.lists(st.dictionaries(plugin_texts, json_values, max_size=3), max_size=2)}),
+                       max_size=2),
+    "notes": st.lists(plugin_texts, max_size=3), "capabilities": st.lists(plugin_texts, max_size=3),
+    "unranked": st.lists(st.fixed_dictionaries({"variant": plugin_texts, "why": plugin_texts}), max_size=2),
+    "variants": st.dictionaries(plugin_texts, json_values, max_size=3)}), captions=st.lists(plugin_texts, max_size=2))
+def test_every_text_the_page_writes_stays_in_its_html_context(data, captions):
+    page = webpage.page(data, [(b"\x89PNG not drawn", caption) for caption in captions])
+    assert_page_shows(page, data, captions)  # its own line ends, "\r" kept

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import json
-from pathlib import Path
+from urllib.parse import quote
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1300px; padding: 0 1em; color: #222; }
@@ -58,7 +58,7 @@ function renderTable(group) {
   if (state) {
     rows.sort((a, b) => compare(a[state.column], b[state.column]) * (state.descending ? -1 : 1));
   }
-  table.innerHTML = "";
+  table.replaceChildren();
   const head = table.createTHead().insertRow();
   group.columns.forEach(column => {
     const th = document.createElement("th");
@@ -139,7 +139,7 @@ function showVariant(name) {
   const panel = document.getElementById("variant-panel");
   const v = data.variants[name];
   if (!v) { panel.hidden = true; return; }
-  panel.innerHTML = "";
+  panel.replaceChildren();
   const h = document.createElement("h2"); h.id = "variant-title"; h.textContent = name; panel.appendChild(h);
   panel.appendChild(text(v.summary));
   panel.appendChild(text("Citation: " + v.citation));
@@ -173,17 +173,36 @@ route();
 """
 
 
+SCRIPT_JSON_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+"""Written as JSON escapes in the data block: with no ``<`` in it, plugin text can neither end the block
+early (``</script``) nor open HTML's double-escaped script state (``<!--<script>``), which swallowed the
+page's own script; ``>`` and ``&`` so no markup of any kind is left. Every other character outside ASCII
+(U+2028 and U+2029 included) and every control character json.dumps already escapes."""
+
+
+def script_json(data: dict) -> str:
+    """``data`` as JSON text that an HTML parser reads as one script element's content and that
+    JSON.parse (and json.loads) read back to the same data."""
+    return json.dumps(data, default=str, ensure_ascii=True).translate(SCRIPT_JSON_ESCAPES)
+
+
+def variant_href(name: str) -> str:
+    """The link that opens ``name``'s page, encoded as the script's ``encodeURIComponent`` does."""
+    return "#variant-" + quote(name, safe="-_.!~*'()")
+
+
 def page(data: dict, plots: list[tuple[bytes, str]]) -> str:
-    """The page for ``data`` (what :mod:`zoo.leaderboard` collects) with ``plots`` (PNG bytes, caption) inlined."""
-    payload = json.dumps(data, default=str).replace("</", "<\\/")  # never closes its own <script>
+    """The page for ``data`` (what :mod:`zoo.leaderboard` collects) with ``plots`` (PNG bytes, caption) inlined.
+    Data reaches the page only as escaped HTML text and attributes and as :func:`script_json`."""
+    payload = script_json(data)
     figures = "\n".join(
         f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,'
         f'{base64.b64encode(image).decode()}"><figcaption>{html.escape(caption)}</figcaption></figure>'
         for image, caption in plots)
-    tables = "\n".join(f'<h3>{html.escape(g["title"])}</h3>\n<table id="table-{g["kind"]}"></table>'
+    tables = "\n".join(f'<h3>{html.escape(g["title"])}</h3>\n<table id="table-{html.escape(g["kind"])}"></table>'
                        for g in data["groups"])
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in data["notes"])
-    unranked = "".join(f"<li><a href=\"#variant-{html.escape(u['variant'])}\">{html.escape(u['variant'])}</a>: "
+    unranked = "".join(f"<li><a href=\"{html.escape(variant_href(u['variant']))}\">{html.escape(u['variant'])}</a>: "
                        f"{html.escape(u['why'])}</li>" for u in data["unranked"])
     environment = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
                           for k, v in data["environment"].items())
