@@ -12,6 +12,17 @@ def test_cell_escapes_pipes_newlines_backticks_and_html():
     assert "|" not in text and "\n" not in text and "`" not in text and "<script>" not in text
     assert "&lt;script&gt;" in text
     assert cell("<!--<script>\u2028x") == "&lt;!--&lt;script&gt; x"  # what emptied index.html stays text here
+    assert "](" not in cell("![pixel](http://example.com/x.png) [link](http://example.com)")  # no remote image
+
+
+def test_table_headers_from_plugin_text_are_escaped_and_page_data_with_nan_still_parses():
+    import json
+
+    from zoo.leaderboard import _table
+    from zoo.webpage import script_json
+
+    assert "&#124;" in _table(pd.DataFrame([{"task|<b>": 1.0}])).splitlines()[0]
+    assert json.loads(script_json({"value": float("nan"), "rows": [float("inf"), 1.0]})) == {"value": None, "rows": [None, 1.0]}
 
 
 def test_gate_ranks_only_checked_variants_and_lists_correctness_failures_and_errors_anywhere():

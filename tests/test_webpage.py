@@ -82,6 +82,9 @@ def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path)
         panel = page.inner_text("#variant-panel")
         assert "Vaswani" in panel and "gradcheck" in panel and "passed" in panel
         page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
+        for typed in ("#variant-constructor", "#variant-%E0%A4%A", "#variant-no-such-variant"):  # a reader's typing
+            page.evaluate("hash => { location.hash = hash; }", typed)
+            page.wait_for_function("() => document.getElementById('variant-panel').hidden === true")
         browser.close()
     assert errors == []
 

@@ -39,13 +39,15 @@ def cell(value) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
     text = " ".join(str(value).split())
-    return html.escape(text, quote=False).replace("|", "&#124;").replace("`", "&#96;")
+    return (html.escape(text, quote=False).replace("|", "&#124;").replace("`", "&#96;")
+            .replace("](", "&#93;("))  # no link or image of a plugin's making (footnote marks [1] stay)
 
 
 def _table(frame: pd.DataFrame) -> str:
     if frame.empty:
         return "_(none)_"
     safe = frame.map(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else cell(v))
+    safe.columns = [cell(column) for column in safe.columns]  # headers can be plugin text too (task names)
     return tabulate(safe, headers="keys", tablefmt="github", showindex=False, floatfmt=".3g")
 
 

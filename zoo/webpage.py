@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 from urllib.parse import quote
 
 STYLE = """
@@ -137,7 +138,7 @@ function text(value) { const p = document.createElement("p"); p.textContent = va
 
 function showVariant(name) {
   const panel = document.getElementById("variant-panel");
-  const v = data.variants[name];
+  const v = Object.hasOwn(data.variants, name) ? data.variants[name] : null;
   if (!v) { panel.hidden = true; return; }
   panel.replaceChildren();
   const h = document.createElement("h2"); h.id = "variant-title"; h.textContent = name; panel.appendChild(h);
@@ -155,8 +156,9 @@ function showVariant(name) {
   panel.hidden = false;
 }
 
-function route() {
-  const hash = decodeURIComponent(location.hash.slice(1));
+function route() {  // any hash a reader types: a variant's page, or nothing
+  let hash;
+  try { hash = decodeURIComponent(location.hash.slice(1)); } catch (error) { return; }
   if (hash.startsWith("variant-")) {
     showVariant(hash.slice("variant-".length));
     document.getElementById("variant-panel").scrollIntoView();
@@ -183,7 +185,18 @@ page's own script; ``>`` and ``&`` so no markup of any kind is left. Every other
 def script_json(data: dict) -> str:
     """``data`` as JSON text that an HTML parser reads as one script element's content and that
     JSON.parse (and json.loads) read back to the same data."""
-    return json.dumps(data, default=str, ensure_ascii=True).translate(SCRIPT_JSON_ESCAPES)
+    return json.dumps(_finite(data), default=str, ensure_ascii=True).translate(SCRIPT_JSON_ESCAPES)
+
+
+def _finite(value):
+    """NaN and infinities as null: JSON has no word for them, and JSON.parse refuses Python's."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def variant_href(name: str) -> str:
