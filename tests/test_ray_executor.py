@@ -218,6 +218,21 @@ def test_a_ray_cluster_address_is_accepted_and_ray_stays_quiet(ray_cluster, tmp_
     assert not results.empty and set(results.status) <= {"passed", "skipped"}
 
 
+def test_what_ray_prints_while_connecting_goes_to_a_log_and_not_to_the_terminal(tmp_path):
+    """Ray's C++ client writes to file descriptor 2 itself, past sys.stderr."""
+    code = ("import os, sys\n"
+            "from pathlib import Path\n"
+            "from zoo.ray_executor import stderr_into\n"
+            "with stderr_into(Path(sys.argv[1])):\n"
+            "    os.write(2, b'[W] rpc_client.h: Failed to connect to GCS\\n')\n"
+            "    print('ray logger: a warning', file=sys.stderr)\n"
+            "print('zoo: error: after', file=sys.stderr)\n")
+    log = tmp_path / "ray-connect.log"
+    done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "zoo: error: after\n", done.stderr
+    assert log.read_text() == "[W] rpc_client.h: Failed to connect to GCS\nray logger: a warning\n"
+
+
 def test_a_ray_cluster_that_refuses_this_machines_token_fails_in_one_line(ray_cluster, tmp_path):
     done = run_zoo("run", "dot-product", "--executor", "ray", "--address", ray_cluster, "--profile", "smoke",
                    "--out", tmp_path, env={**environment_without_ray_tokens(), **LOOPBACK}, inherit=False, timeout=120)

@@ -10,6 +10,7 @@ one fails in seconds and before a run starts, where Ray itself would retry for m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from .runner import Job, RunOptions, error_job, run_in_worker
 
 INSTALL_HINT = "pip install 'attention-zoo[ray]'"
 MAX_TEMP_PATH = 40
+CONNECT_LOG = "ray-connect.log"  # what Ray printed while connecting to --address, in the scratch folder
 GCS_ANSWER_SECONDS = 2  # a Ray GCS answers in milliseconds; an HTTP or silent server never does
 PROBE_LIMIT_SECONDS = GCS_ANSWER_SECONDS + 12  # the probe's own start on a busy machine; then it is killed
 FIND_THE_ADDRESS = ("the head node's `ray start --head` prints it (its GCS, port 6379 unless --port chose another), "
@@ -113,6 +115,23 @@ def check_reachable(address: str) -> None:
                           "prints it) in RAY_AUTH_TOKEN or ~/.ray/auth_token")
 
 
+@contextlib.contextmanager
+def stderr_into(path: Path):
+    """Send this process's stderr (file descriptor 2) to a file for a while: Ray's C++ client logs its
+    connection attempts there before Ray's own logging starts, and no setting of Ray's quiets that."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    try:
+        with open(path, "wb") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)
+        os.close(terminal)
+
+
 class RayExecutor:
     def __init__(self, options: RunOptions) -> None:
         self.options = options
@@ -121,10 +140,12 @@ class RayExecutor:
     def _start(self):
         ray = self.ray
         if self.options.ray_address:
+            log = Path(self.options.scratch_dir or tempfile.gettempdir()) / CONNECT_LOG
             try:
-                ray.init(address=self.options.ray_address, log_to_driver=False, configure_logging=False)
+                with stderr_into(log):
+                    ray.init(address=self.options.ray_address, log_to_driver=False, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                reason = " ".join(str(exc).split())[:300]
+                reason = " ".join(str(exc).split())[:300] + (f"; Ray's log of it: {log}" if log.stat().st_size else "")
                 raise OptionError(f"--address {self.options.ray_address}: no Ray cluster could be reached there "
                                   f"({reason}); {FIND_THE_ADDRESS}") from None
             return
