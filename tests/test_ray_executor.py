@@ -1,8 +1,14 @@
 """The Ray executor runs the same jobs as the local one, into the same store, against a local Ray."""
 
+import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -107,10 +113,131 @@ def test_a_job_no_node_can_hold_is_refused_instead_of_waiting_for_ever(device, t
     assert refused in str(error.value)
 
 
-def test_an_address_where_nothing_listens_fails_at_once_without_starting_a_run(tmp_path):
-    with socket.socket() as probe:  # a port nothing listens on: bound, never listening
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""Ray on loopback only, so these tests send nothing to the machine's network address: Ray otherwise
+connects to that address for 127.0.0.1, and a cluster it starts listens there too."""
+TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "zoo-test-token-0123456789abcdef"}
+"""Token authentication with a fixed token, in the environment, so this machine's own ~/.ray/auth_token
+plays no part."""
+
+
+def environment_without_ray_tokens() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if not name.startswith("RAY_AUTH_")}
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server that takes connections and never says a word, like a bare socat listener: the kernel
+    completes each handshake on the listening socket."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(128)
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """What `python -m http.server` runs: something that answers, in HTTP/1.1."""
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def closed_port():
+    """A port nothing listens on: bound, never listening, so no one else takes it meanwhile."""
+    with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        done = run(tmp_path, "dot-product", "--executor", "ray", "--address", f"127.0.0.1:{port}")
-    assert done.returncode == 2 and f"--address 127.0.0.1:{port}: nothing answers there" in done.stderr
+        yield f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+NOT_A_CLUSTER = "something answers there, but not a Ray cluster: no Ray GCS replied within"
+
+
+@pytest.mark.parametrize("server, found", [("silent_server", NOT_A_CLUSTER), ("http_server", NOT_A_CLUSTER),
+                                           ("closed_port", "nothing answers there")], ids=["silent", "http", "closed"])
+def test_an_address_without_a_ray_cluster_fails_in_one_line_before_a_run_starts(tmp_path, request, server, found):
+    address = request.getfixturevalue(server)
+    temp = tmp_path / "tmp"  # where Ray would put any log file of its own
+    temp.mkdir()
+    started = time.monotonic()
+    done = run_zoo("run-all", "--executor", "ray", "--address", address, "--profile", "smoke", "--out", tmp_path / "out",
+                   env={**LOOPBACK, "TMPDIR": str(temp)}, timeout=120)
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()  # Ray's own log lines stay out of the terminal
+    assert line.startswith(f"zoo: error: --address {address}: {found}"), line
+    assert "`ray start --head` prints it" in line  # how to find the right address
+    assert done.stdout == ""
+    assert took < 45, took  # Ray itself tried for minutes; most of this is the zoo starting on a busy machine
+    assert not (tmp_path / "out" / "results.sqlite").exists() or Store(tmp_path / "out" / "results.sqlite").runs().empty
+    assert not any(temp.iterdir()), list(temp.iterdir())
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A one-CPU Ray cluster on loopback with token authentication (what ray.init and `ray start --head`
+    set up by default): its GCS address. Its driver shuts it down when its standard input closes."""
+    temp_dir = Path(tempfile.mkdtemp(prefix="zr", dir="/tmp"))  # short, for Ray's unix sockets
+    code = ("import sys, ray\n"
+            "ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1])\n"
+            "print(ray.get_runtime_context().gcs_address, flush=True)\n"
+            "sys.stdin.read()\n"
+            "ray.shutdown()\n")
+    driver = subprocess.Popen([sys.executable, "-c", code, str(temp_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env={**os.environ, **LOOPBACK, **TOKEN})
+    try:
+        address = driver.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        yield address
+    finally:
+        driver.stdin.close()
+        try:
+            driver.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            driver.wait()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_a_ray_cluster_address_is_accepted_and_ray_stays_quiet(ray_cluster, tmp_path):
+    done = run_zoo("run", "dot-product", "--suite", "correctness", "--executor", "ray", "--address", ray_cluster,
+                   "--profile", "smoke", "--out", tmp_path, env={**LOOPBACK, **TOKEN})
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines and all(line.startswith(("zoo: ", "[1/1] dot-product")) for line in lines), lines
+    results = pd.read_csv(tmp_path / "results.csv")
+    assert not results.empty and set(results.status) <= {"passed", "skipped"}
+
+
+def test_what_ray_prints_while_connecting_goes_to_a_log_and_not_to_the_terminal(tmp_path):
+    """Ray's C++ client writes to file descriptor 2 itself, past sys.stderr."""
+    code = ("import os, sys\n"
+            "from pathlib import Path\n"
+            "from zoo.ray_executor import stderr_into\n"
+            "with stderr_into(Path(sys.argv[1])):\n"
+            "    os.write(2, b'[W] rpc_client.h: Failed to connect to GCS\\n')\n"
+            "    print('ray logger: a warning', file=sys.stderr)\n"
+            "print('zoo: error: after', file=sys.stderr)\n")
+    log = tmp_path / "ray-connect.log"
+    done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "zoo: error: after\n", done.stderr
+    assert log.read_text() == "[W] rpc_client.h: Failed to connect to GCS\nray logger: a warning\n"
+
+
+def test_a_ray_cluster_that_refuses_this_machines_token_fails_in_one_line(ray_cluster, tmp_path):
+    done = run_zoo("run", "dot-product", "--executor", "ray", "--address", ray_cluster, "--profile", "smoke",
+                   "--out", tmp_path, env={**environment_without_ray_tokens(), **LOOPBACK}, inherit=False, timeout=120)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"zoo: error: --address {ray_cluster}: Ray's token authentication failed"), line
+    assert "RAY_AUTH_MODE=token" in line
     assert not (tmp_path / "results.sqlite").exists()
