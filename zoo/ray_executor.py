@@ -144,7 +144,7 @@ class RayExecutor:
             try:
                 with stderr_into(log):
                     ray.init(address=self.options.ray_address, log_to_driver=False, configure_logging=False)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
+            except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:  # auth too
                 reason = " ".join(str(exc).split())[:300] + (f"; Ray's log of it: {log}" if log.stat().st_size else "")
                 raise OptionError(f"--address {self.options.ray_address}: no Ray cluster could be reached there "
                                   f"({reason}); {FIND_THE_ADDRESS}") from None
