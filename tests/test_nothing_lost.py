@@ -128,10 +128,20 @@ def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
 
 
 def test_three_hundred_runs_of_the_same_settings_are_all_kept(tmp_path, capsys):
+    from zoo.export import RunRecords
+
     folder = tmp_path / "board"
     store = Store(folder / "results.sqlite")
-    ids = [fabricate(store, f"2026-01-01 00:{i // 60:02d}:{i % 60:02d}") for i in range(300)]
-    render(store, ids[-1], folder, keep_runs=True)
+    first = fabricate(store, "2026-01-01 00:00:00")
+    model = store.records()[first]
+    copies = []
+    for i in range(1, 300):  # 299 more runs like it, written in one transaction
+        run_id, started = f"2026-01-01T00{i // 60:02d}{i % 60:02d}-{i:06x}", f"2026-01-01 00:{i // 60:02d}:{i % 60:02d}"
+        copies.append(RunRecords({**model.run, "run_id": run_id, "started": started},
+                                 [{**job, "run_id": run_id} for job in model.jobs],
+                                 [{**row, "run_id": run_id} for row in model.results]))
+    store.add(copies)
+    render(store, copies[-1].run_id, folder, keep_runs=True)
     assert len(exported_runs(folder)) == 300
     (folder / "results.sqlite").unlink()  # a fresh checkout
     before = (folder / "runs.jsonl").read_bytes()
