@@ -12,11 +12,13 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import zoo
@@ -154,50 +156,137 @@ def test_three_hundred_runs_of_the_same_settings_are_all_kept(tmp_path, capsys):
 
 
 def test_only_prune_removes_runs_and_it_names_each(tmp_path, capsys):
+    """By name, or every run no board shows: each group of comparable runs keeps what its latest run's board shows,
+    so a stray run of other settings does not cost the board's own runs."""
     folder = tmp_path / "board"
     store = Store(folder / "results.sqlite")
-    old = fabricate(store, "2026-01-01 00:00:00", settings={"name": "full", "reference_length": 64})
-    shown = fabricate(store, "2026-01-02 00:00:00")
-    render(store, shown, folder, keep_runs=True)
+    old = fabricate(store, "2026-01-01 00:00:00")
+    shown = fabricate(store, "2026-01-02 00:00:00")  # the same settings: its board shows only itself
+    stray = fabricate(store, "2026-01-03 00:00:00", settings={"name": "smoke", "reference_length": 64})
+    render(store, stray, folder, keep_runs=True)
     board = snapshot(folder)
-    status, lines = zoo_here(capsys, "prune", "--dry-run", "--out", folder)
-    assert status == 0 and any(f"would remove run {old}" in line for line in lines)
+    status, lines = zoo_here(capsys, "prune", "--unshown", "--dry-run", "--out", folder)
+    assert status == 0 and lines == [f"zoo: would remove run {old} (started 2026-01-01 00:00:00, 2 jobs, 3 rows)",
+                                     "zoo: would remove 1 run(s) from results.sqlite and runs.jsonl"], lines
     assert snapshot(folder) == board
-    status, lines = zoo_here(capsys, "prune", "--out", folder)
-    assert status == 0 and any(f"removed run {old} (started 2026-01-01 00:00:00, 2 jobs, 3 rows)" in line for line in lines)
-    assert set(exported_runs(folder)) == {shown} and list(store.runs().run_id) == [shown]
+    assert zoo_here(capsys, "prune", "--out", folder)[0] == 2  # neither runs nor --unshown: nothing chosen
+    status, lines = zoo_here(capsys, "prune", "--unshown", "--out", folder)
+    assert status == 0 and lines[0] == f"zoo: removed run {old} (started 2026-01-01 00:00:00, 2 jobs, 3 rows)"
+    assert set(exported_runs(folder)) == {shown, stray} and set(store.runs().run_id) == {shown, stray}
+    status, lines = zoo_here(capsys, "prune", shown[:13], "--out", folder)  # a unique prefix
+    assert status == 0 and set(exported_runs(folder)) == {stray}
     assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == \
         {k: v for k, v in board.items() if k not in ("runs.jsonl", "results.sqlite")}  # the board did not change
 
 
-def test_a_run_changed_on_both_sides_is_an_error_naming_it_and_nothing_changes(tmp_path, capsys):
+def test_prune_never_removes_a_run_that_lands_while_it_decides(tmp_path):
+    folder = tmp_path / "board"
+    store, [first] = published(folder)
+    landed = []
+
+    def choose(joined):
+        landed.append(fabricate(Store(folder / "results.sqlite"), "2026-02-01 00:00:00"))  # another process's run
+        return set(joined.runs().run_id) | set(landed)  # even when asked for it: it was not there to decide on
+
+    removed = BoardFolder(folder).prune(choose)
+    assert [run.run_id for run in removed] == [first] and set(store.runs().run_id) == set(landed)
+
+
+def test_a_run_whose_export_copy_is_not_the_one_written_is_an_error_and_nothing_changes(tmp_path, capsys):
+    """An older runs.jsonl checked out after a newer run was written, a hand edit, a bad merge: never a silent
+    pick, never a shrunk run."""
     folder = tmp_path / "board"
     store, [run] = published(folder)
-    store.record_job(run, "dot-product", "extra", "done", 0.1, {}, [])  # changed here since the export was written
-    lines = (folder / "runs.jsonl").read_text().splitlines()
-    (folder / "runs.jsonl").write_text("\n".join(line.replace('"value": 1e-16', '"value": 2e-16') for line in lines) + "\n")
+    older = (folder / "runs.jsonl").read_bytes()
+    store.record_job(run, "linear", "correctness", "done", 0.1, {}, [])  # resumed: one more job
+    published(tmp_path / "unrelated")
+    assert zoo_here(capsys, "merge", tmp_path / "unrelated" / "results.sqlite", "--out", folder)[0] == 0
+    (folder / "runs.jsonl").write_bytes(older)  # git checkout HEAD~1 -- runs.jsonl
     before = snapshot(folder)
-    for args in (["leaderboard"], ["compare", run, run], ["prune"]):
+    for args in (["leaderboard"], ["compare", run, run], ["prune", "--unshown"], ["merge", folder / "runs.jsonl"],
+                 ["run", "dot-product", "--suite", "correctness", "--profile", "smoke"]):
         status, out = zoo_here(capsys, *args, "--out", folder)
-        assert status == 2 and len(out) == 1 and f"run {run!r}" in out[0] and "runs.jsonl" in out[0], (args, out)
+        assert status == 2 and len(out) == 1 and f"run {run!r}" in out[0] and "not the one this database last wrote" \
+            in out[0], (args, out)
     assert snapshot(folder) == before
+    assert "linear" in set(store.jobs(run).variant)
 
 
-def test_a_run_changed_on_one_side_takes_that_sides_copy(tmp_path, capsys):
-    """Resumed here since the export was written: the database's copy; pulled there: the export's."""
+def test_a_run_changed_here_since_it_was_exported_keeps_the_databases_copy_and_is_exported_next(tmp_path, capsys):
     folder = tmp_path / "board"
     store, [run] = published(folder)
     store.record_job(run, "linear", "correctness", "done", 0.1, {}, [])  # a resumed run, not yet exported
     assert "linear" in set(BoardFolder(folder).for_reading().jobs(run).variant)
-    assert zoo_here(capsys, "merge", tmp_path / "nothing.sqlite", "--out", folder)[0] == 2  # no such file
     published(tmp_path / "unrelated")
     assert zoo_here(capsys, "merge", tmp_path / "unrelated" / "results.sqlite", "--out", folder)[0] == 0
     assert "linear" in {job["variant"] for job in read_export(folder / "runs.jsonl")[run].jobs}  # exported now
 
-    text = (folder / "runs.jsonl").read_text().replace('"value": 1e-16', '"value": 3e-16')  # pulled: changed there
-    (folder / "runs.jsonl").write_text(text)
-    BoardFolder(folder).for_writing()
-    assert 3e-16 in set(store.results(run).value)
+
+def test_a_run_with_no_job_yet_is_never_exported_nor_brought_back(tmp_path, capsys):
+    """One starting while a merge exports, then discarded because it stopped before any job finished."""
+    folder = tmp_path / "board"
+    store, [run] = published(folder)
+    starting = store.start_run({"name": "quick"}, {"device": "cpu"}, "2026-03-01 00:00:00")
+    published(tmp_path / "unrelated")
+    assert zoo_here(capsys, "merge", tmp_path / "unrelated" / "runs.jsonl", "--out", folder)[0] == 0
+    assert starting not in exported_runs(folder)
+    store.discard_if_empty(starting)
+    zombie = json.dumps({"table": "runs", **{**store.records()[run].run, "run_id": "2026-03-02T0000-zombie"}})
+    (folder / "runs.jsonl").write_text((folder / "runs.jsonl").read_text() + zombie + "\n")  # one an older zoo wrote
+    assert "2026-03-02T0000-zombie" not in set(BoardFolder(folder).for_reading().runs().run_id)
+    assert starting not in set(BoardFolder(folder).for_writing().runs().run_id)
+
+
+def test_resume_continues_only_a_run_this_machine_started_and_with_its_own_settings(tmp_path, capsys):
+    folder = tmp_path / "board"
+    store = Store(folder / "results.sqlite")
+    fabricate(store, "2026-01-01 00:00:00")  # no host recorded: a committed board's run, say
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET finished = NULL")
+    status, out = zoo_here(capsys, "run-all", "--resume", "--out", folder)
+    assert status == 2 and out == [f"zoo: error: --resume: no unfinished run this machine started in "
+                                   f"{str(folder / 'results.sqlite')!r} (1 started on other machines)"], out
+    status, out = zoo_here(capsys, "run-all", "--resume", "--profile", "smoke", "--lengths", "64", "--out", folder)
+    assert status == 2 and "--profile, --lengths cannot change them" in out[0], out
+    status, out = zoo_here(capsys, "run", "dot-product", "--resume", "--out", tmp_path / "nothing-here")
+    assert status == 2 and "no run to continue" in out[0] and not (tmp_path / "nothing-here").exists()
+
+
+def test_a_stale_journal_never_overwrites_a_file_changed_since_and_a_foreign_one_touches_nothing(tmp_path, capsys):
+    from zoo.folder import JOURNAL
+
+    folder = tmp_path / "board"
+    store, second, old, new = _two_boards(folder)
+    real = os.replace
+
+    def dies_after_the_commit_point(src, dst):  # the journal is written, nothing renamed yet
+        real(src, dst)
+        if Path(dst).name == JOURNAL:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", dies_after_the_commit_point)
+        with pytest.raises(KeyboardInterrupt):
+            render(store, second, folder, keep_runs=True)
+    pulled = (folder / "runs.jsonl").read_bytes() + (folder / "runs.jsonl").read_bytes().replace(b"2026-01-01T", b"2026-01-09T")
+    (folder / "runs.jsonl").write_bytes(pulled)  # a teammate's run arrives by git pull before the next command
+    BoardFolder(folder).for_reading()
+    assert (folder / "runs.jsonl").read_bytes() == pulled  # not the staged copy
+    assert {k: v for k, v in _board_files(snapshot(folder)).items() if k != "runs.jsonl"} == \
+        {k: v for k, v in _board_files(new).items() if k != "runs.jsonl"}  # the rest of the publication finished
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    for journal in ('{"staging": "../../victim", "files": [], "remove": [], "before": {}}',
+                    '{"staging": "publish-1", "files": [], "remove": ["runs.jsonl", "index.html"], "before": {}}',
+                    '{"staging": "publish-1", "files": ["../victim"], "remove": [], "before": {}}',
+                    "", "[1]", '{"files": []}', "not json"):
+        before = snapshot(folder)
+        (folder / ".zoo-cache" / JOURNAL).write_text(journal)
+        assert zoo_here(capsys, "compare", "x", "x", "--out", folder)[0] == 2  # no such run: but no traceback
+        assert snapshot(folder) == before and (victim / "keep").read_text() == "mine", journal
+        assert not (folder / ".zoo-cache" / JOURNAL).exists()
 
 
 # --- a validated import ------------------------------------------------------------------------------------
@@ -222,7 +311,7 @@ BAD_LINES = [
     ("runs", _set("run_id", None), "runs.run_id: expected text, got null"),
     ("runs", _set("run_id", 123), "runs.run_id: expected text, got 123"),
     ("results", _set("n", "abc"), 'results.n: expected an integer (64-bit) or null, got "abc"'),
-    ("results", _set("value", "abc"), 'results.value: expected a number or null, got "abc"'),
+    ("results", _set("value", "abc"), 'results.value: expected a finite number or null, got "abc"'),
     ("results", _set("samples", "[1, 2"), "results.samples: expected JSON text of a list of numbers, got text"),
     ("results", _set("status", "great"), "results.status: expected one of passed"),
     ("jobs", _set("provenance", "xyz"), "jobs.provenance: expected JSON text of an object, got text that is not JSON"),
@@ -231,6 +320,9 @@ BAD_LINES = [
     ("jobs", lambda r: {k: v for k, v in r.items() if k != "seconds"}, "a jobs record without seconds"),
     ("jobs", _set("dropped", 1), "a jobs record with columns this zoo does not know: dropped"),
     ("runs", _set("table", "nothing"), "'table' must be one of runs, jobs, results"),
+    ("results", _set("value", float("inf")), "results.value: expected a finite number or null, got inf"),
+    ("results", _set("detail", "\ud800"), "results.detail: expected text, got a string with a lone surrogate"),
+    ("results", _set("samples", "[1.0, NaN]"), "results.samples: expected JSON text of a list of finite numbers"),
 ]
 
 
@@ -250,6 +342,31 @@ def test_a_bad_export_line_is_refused_by_file_and_line_before_anything_is_writte
     assert snapshot(folder) == before  # no database left behind, no board file touched
 
 
+def _speed_row(lines: list[str]) -> int:
+    return next(i for i, line in enumerate(lines) if '"suite": "speed"' in line and '"table": "results"' in line)
+
+
+FILE_EDITS = [
+    ("a duplicated result line", lambda lines, i: [*lines[:i + 1], lines[i], *lines[i + 1:]], "appears twice (also at"),
+    ("a result line lost", lambda lines, i: [*lines[:i], *lines[i + 1:]], "comes first: a line is missing"),
+    ("a line nested too deeply", lambda lines, i: [*lines[:i], "[" * 100000 + "]" * 100000, *lines[i + 1:]],
+     "not a JSON line (nested too deeply)"),
+]
+
+
+@pytest.mark.parametrize("edit, message", [edit[1:] for edit in FILE_EDITS], ids=[edit[0] for edit in FILE_EDITS])
+def test_a_line_duplicated_or_lost_is_seen(tmp_path, capsys, edit, message):
+    folder = tmp_path / "board"
+    published(folder)
+    (folder / "results.sqlite").unlink()
+    lines = (folder / "runs.jsonl").read_text().splitlines()
+    (folder / "runs.jsonl").write_text("\n".join(edit(lines, _speed_row(lines))) + "\n")
+    before = snapshot(folder)
+    status, out = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 2 and len(out) == 1 and message in out[0], out
+    assert snapshot(folder) == before
+
+
 def test_a_duplicated_line_and_a_byte_that_is_not_utf8_are_refused_by_every_command(tmp_path, capsys):
     folder = tmp_path / "board"
     published(folder)
@@ -260,7 +377,7 @@ def test_a_duplicated_line_and_a_byte_that_is_not_utf8_are_refused_by_every_comm
                          (good + b'{"table": "\xff"}\n', "not UTF-8 text (byte 0xff at column 12)")):
         (folder / "runs.jsonl").write_bytes(bad)
         before = snapshot(folder)
-        for args in (["leaderboard"], ["compare", "a", "b"], ["prune"],
+        for args in (["leaderboard"], ["compare", "a", "b"], ["prune", "--unshown"],
                      ["run", "dot-product", "--suite", "correctness", "--profile", "smoke"]):
             status, out = zoo_here(capsys, *args, "--out", folder)
             assert status == 2 and len(out) == 1 and message in out[0], (args, out)
@@ -268,6 +385,47 @@ def test_a_duplicated_line_and_a_byte_that_is_not_utf8_are_refused_by_every_comm
         status, out = zoo_here(capsys, "merge", folder / "runs.jsonl", "--out", other)
         assert status == 2 and message in out[0]
         assert snapshot(folder) == before and not (other / "results.sqlite").exists()
+
+
+def test_a_row_a_plugin_got_wrong_is_stored_as_an_error_row_that_reads_back(tmp_path):
+    folder = tmp_path / "board"
+    store, [run] = published(folder)
+    store.record_job(run, "dot-product", "evil", "done", 0.1, {}, [
+        {"check": "", "status": "passed"}, {"check": "   ", "status": "passed"},
+        {"check": "samples", "status": "measured", "samples": ["a"]}, {"check": "surrogate", "status": "passed",
+                                                                       "detail": "\ud800"},
+        {"check": "huge", "status": "measured", "n": 2 ** 63}, {"check": "infinite", "status": "measured",
+                                                                 "value": float("inf")},
+        {"check": "numpy", "status": "measured", "value": __import__("numpy").float32(0.5), "n": 64.0},
+        {"check": "nan", "status": "measured", "value": float("nan")}])
+    rows = store.results(run)
+    rows = rows[rows.suite == "evil"]
+    assert list(rows.status) == ["error"] * 6 + ["measured"] * 2
+    assert list(rows.check) == ["invalid-row", "invalid-row", "samples", "surrogate", "huge", "infinite", "numpy", "nan"]
+    assert all("the check yielded a row the store cannot keep" in detail for detail in rows.detail[:6])
+    assert rows.value.iloc[6] == 0.5 and rows.n.iloc[6] == 64 and pd.isna(rows.value.iloc[7])
+    render(store, run, folder, keep_runs=True)
+    assert read_export(folder / "runs.jsonl")[run].describe() == "3 jobs, 11 rows"  # what was written reads back
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("UPDATE results SET value = 'abc'", "results.value: expected a finite number or null, got \"abc\""),
+    ("UPDATE runs SET settings = '5'", "runs.settings: expected JSON text of an object, got JSON int"),
+    ("UPDATE results SET detail = CAST('x' AS BLOB)", "results.detail: expected text"),
+    ("ALTER TABLE jobs DROP COLUMN seconds", "its jobs table has no seconds column"),
+])
+def test_a_database_edited_by_hand_is_refused_by_every_command_naming_it(tmp_path, capsys, edit, message):
+    folder = tmp_path / "board"
+    published(folder)
+    with sqlite3.connect(folder / "results.sqlite") as db:
+        db.execute(edit)
+        db.execute("PRAGMA journal_mode = DELETE")  # so that its bytes are what it holds
+    before = _digest(folder / "results.sqlite")
+    for args in (["leaderboard"], ["compare", "x", "x"], ["run", "dot-product", "--suite", "correctness",
+                                                           "--profile", "smoke"]):
+        status, out = zoo_here(capsys, *args, "--out", folder)
+        assert status == 2 and len(out) == 1 and "results.sqlite" in out[0] and message in out[0], (args, out)
+    assert _digest(folder / "results.sqlite") == before
 
 
 def test_another_databases_values_are_checked_before_they_are_merged(tmp_path, capsys):
@@ -343,7 +501,7 @@ def test_a_full_disk_while_recording_a_job_is_called_a_full_disk(tmp_path, monke
         return connection
 
     monkeypatch.setattr(Store, "_connect", full)
-    with pytest.raises(StoreError, match="no space left on the disk holding .*the jobs finished before it are kept") as caught:
+    with pytest.raises(StoreError, match="no space left on the disk holding .*; what it held before is kept") as caught:
         store.record_job(run, "linear", "speed", "done", 0.1, {}, [{"check": "c", "status": "passed", "detail": "x" * 10 ** 6}])
     assert "not a usable" not in str(caught.value)
     monkeypatch.setattr(Store, "_connect", real)
@@ -464,10 +622,10 @@ def test_a_damaged_or_empty_store_is_refused_by_every_command_and_never_modified
     elsewhere = tmp_path / "elsewhere"
     published(elsewhere)
     for args in (["leaderboard", "--out", folder], ["compare", "a", "b", "--out", folder],
-                 ["prune", "--out", folder], ["merge", elsewhere / "results.sqlite", "--out", folder],
+                 ["prune", "--unshown", "--out", folder], ["merge", elsewhere / "results.sqlite", "--out", folder],
                  ["merge", database, "--out", elsewhere],
                  ["run", "dot-product", "--suite", "correctness", "--profile", "smoke", "--out", folder],
-                 ["run-all", "--resume", "--profile", "smoke", "--out", folder]):
+                 ["run-all", "--resume", "--out", folder]):
         status, out = zoo_here(capsys, *args)
         assert status == 2 and len(out) == 1 and "results.sqlite" in out[0], (args, out)
         assert ("damaged" if damage != "0 bytes" else "is empty (0 bytes)") in out[0], out
@@ -543,6 +701,20 @@ def test_the_python_api_refuses_what_the_cli_refuses_before_anything_is_written(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"out": None}, "--out: expected a folder, got None"),
+    ({"out": 5}, "--out: expected a folder, got 5"),
+    ({"variants": []}, "variants: expected a name or a list of names, got []"),
+    ({"suites": []}, "--suite: expected a name or a list of names, got []"),
+    ({"lengths": {256: 1}}, "--lengths: expected a list of integers, got {256: 1}"),
+    ({"memory_limit_gib": 1e10}, "--memory-limit: 10000000000.0 GiB is more address space than a process can be given"),
+])
+def test_the_python_api_refuses_empty_selections_and_impossible_values(tmp_path, options, message):
+    with pytest.raises(zoo.ZooError, match="^" + message.replace("[", r"\[").replace("{", r"\{").replace("(", r"\(")):
+        zoo.run(**{"variants": ["dot-product"], "out": tmp_path / "never-made", **options}, profile="smoke")
+    assert not (tmp_path / "never-made").exists()
+
+
 def test_the_cli_refuses_a_memory_cap_no_worker_can_start_under(tmp_path):
     done = run_zoo("run", "dot-product", "--memory-limit", "0.0001", "--out", tmp_path)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [
@@ -575,6 +747,13 @@ def test_inputs_of_a_wrong_dtype_or_device_name_the_variant_and_the_input():
         layer(x, x, x, attn_mask=torch.ones(4, 4, dtype=torch.bool, device="meta"))
     with pytest.raises(zoo.ZooError, match="a variant name must be a string, got None"):
         zoo.create(None, d_model=8)
+    layer = zoo.create("multi-head", d_model=8, num_heads=2)
+    with pytest.raises(zoo.contract.VariantInputError, match="variant 'multi-head': the inputs are torch.float64 but "
+                                                             "the module's in_proj_weight is torch.float32"):
+        layer(x.double(), x.double(), x.double())
+    with pytest.raises(zoo.contract.VariantInputError, match="variant 'performer': the inputs are on meta but the "
+                                                             "module's projection is on cpu"):
+        zoo.create("performer", d_model=8, num_heads=2)(*(x.to("meta"),) * 3)
 
 
 # --- signals and pipes ----------------------------------------------------------------------------------------
@@ -594,7 +773,7 @@ def test_sigterm_stops_a_run_like_ctrl_c_and_resume_finishes_it(tmp_path):
     store = Store(tmp_path / "results.sqlite")
     run = store.latest_run(unfinished=True)
     assert "dot-product" in set(store.jobs(run).variant)
-    resumed = run_zoo(*args[3:], "--resume")
+    resumed = run_zoo(*[a for a in args[3:] if a not in ("--profile", "smoke")], "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert set(store.jobs(run).variant) == {"dot-product", "linear", "multi-head"}
 
@@ -606,3 +785,34 @@ def test_a_closed_stdout_ends_quietly():
                           text=True, timeout=120)
     os.close(write)
     assert done.returncode == 128 + signal.SIGPIPE and done.stderr == "", done.stderr
+
+
+def test_a_closed_or_full_stdout_and_a_file_where_a_folder_belongs_are_one_line(tmp_path, capsys):
+    closed = subprocess.run(f"{sys.executable} -m zoo show windowed >&-", shell=True, capture_output=True, text=True)
+    assert closed.returncode == 0 and closed.stderr == "", closed.stderr
+    full = subprocess.run([sys.executable, "-m", "zoo", "show", "windowed"], stdout=open("/dev/full", "w"),
+                          stderr=subprocess.PIPE, text=True)
+    assert full.returncode == 2 and full.stderr.splitlines() == ["zoo: error: No space left on device (writing the output)"]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for args in (["leaderboard", "--out", a_file], ["merge", tmp_path, "--out", tmp_path / "b"],
+                 ["new", "ok-name", "--dir", a_file / "inside"]):
+        status, out = zoo_here(capsys, *args)
+        assert status == 2 and len(out) == 1 and "Traceback" not in out[0], (args, out)
+    assert "is a file, not a folder" in zoo_here(capsys, "run", "dot-product", "--out", a_file)[1][0]
+
+
+def test_an_export_that_is_a_link_or_a_pipe_is_refused_and_one_of_another_name_merges(tmp_path, capsys):
+    folder = tmp_path / "board"
+    published(folder)
+    (folder / "results.sqlite").unlink()
+    shutil.move(folder / "runs.jsonl", tmp_path / "theirs.json")
+    (folder / "runs.jsonl").symlink_to(tmp_path / "theirs.json")
+    status, out = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 2 and "a symbolic link" in out[0], out
+    (folder / "runs.jsonl").unlink()
+    os.mkfifo(folder / "runs.jsonl")
+    status, out = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 2 and "runs.jsonl: not a regular file" in out[0], out
+    status, out = zoo_here(capsys, "merge", tmp_path / "theirs.json", "--out", tmp_path / "other")
+    assert status == 0 and out == [f"zoo: merged 1 run(s) from {tmp_path / 'theirs.json'}"], out

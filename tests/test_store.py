@@ -22,7 +22,8 @@ RUNNER_KILLER = good_plugin("zz-killer").replace("        h = self.num_heads\n  
 
 def _run(out, *extra, plugins=None):
     names = [*NAMES, "zz-killer"] if plugins else NAMES
-    args = ["run", *names, "--suite", "correctness", "--profile", "smoke", "--out", out, *extra]
+    profile = [] if "--resume" in extra else ["--profile", "smoke"]  # a resumed run keeps its own settings
+    args = ["run", *names, "--suite", "correctness", *profile, "--out", out, *extra]
     return run_zoo(*args, *(["--plugins-dir", plugins] if plugins else []), timeout=300)
 
 
@@ -72,7 +73,8 @@ def test_concurrent_writers_do_not_corrupt_the_database(tmp_path):
 
 def test_resume_without_an_unfinished_run_is_a_clear_error(tmp_path):
     out = run_zoo("run-all", "--resume", "--out", tmp_path, timeout=60)
-    assert out.returncode == 2 and "--resume: no unfinished run" in out.stderr
+    assert out.returncode == 2 and "--resume: no run to continue in" in out.stderr
+    assert list(tmp_path.iterdir()) == []  # and no database made for it
 
 
 def test_runs_from_several_machines_merge_and_render_one_leaderboard_per_device(tmp_path):

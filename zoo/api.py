@@ -88,6 +88,12 @@ def _check_inputs(variant: _Identity, d_model: int, num_heads: int, options: dic
         fail(f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}")
     if not query.device == key.device == value.device:
         fail(f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}")
+    for name, held in (*module.named_parameters(), *module.named_buffers()):  # a buffer may keep its own precision
+        if held.device != query.device:
+            fail(f"the inputs are on {query.device} but the module's {name} is on {held.device} (move one to the other)")
+    for name, held in module.named_parameters():
+        if held.is_floating_point() and held.dtype != query.dtype:
+            fail(f"the inputs are {query.dtype} but the module's {name} is {held.dtype} (convert one to the other)")
     if not query.shape[0] == key.shape[0] == value.shape[0]:
         fail(f"batch sizes differ: query {query.shape[0]}, key {key.shape[0]}, value {value.shape[0]}")
     if key.shape[1] != value.shape[1]:

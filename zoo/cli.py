@@ -261,18 +261,23 @@ def cmd_merge(args) -> int:
 
 def cmd_prune(args) -> int:
     from .folder import BoardFolder
-    from .leaderboard import shown_runs
 
+    if bool(args.runs) == args.unshown:
+        raise OptionError("prune: name the runs to remove (RUN ...), or give --unshown for every run no board shows")
     folder = BoardFolder(args.out)
-    reading = folder.for_reading()
-    latest = reading.latest_run()
-    if latest is None:
-        raise OptionError(f"--out: no run in {str(folder.path)!r}")
-    removed = folder.prune(shown_runs(reading, latest), dry_run=args.dry_run)
+
+    def chosen(store) -> set[str]:
+        if args.unshown:
+            from .leaderboard import shown_runs
+
+            return set(store.runs().run_id) - shown_runs(store)
+        return {_resolve_run(store, given, folder.database) for given in args.runs}
+
+    removed = folder.prune(chosen, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for run in removed:
         print(f"zoo: {verb} run {run.run_id} (started {run.run['started']}, {run.describe()})", file=sys.stderr)
-    print(f"zoo: {verb} {len(removed)} run(s); kept the runs the board of {latest} shows", file=sys.stderr)
+    print(f"zoo: {verb} {len(removed)} run(s) from {folder.database.name} and {folder.export.name}", file=sys.stderr)
     return 0
 
 
@@ -369,11 +374,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plugins)
 
     run_options = _Parser(add_help=False)
-    run_options.add_argument("--profile", default="quick", help="quick (default, about 3 min here) or full")
+    run_options.add_argument("--profile", help="quick (default, about 3 min here), full or smoke")
     run_options.add_argument("--suite", action="append", help="run only this suite (repeatable)")
-    run_options.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    run_options.add_argument("--device", help="cpu (default) or cuda")
     run_options.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
-    run_options.add_argument("--resume", action="store_true", help="finish the last interrupted run in --out")
+    run_options.add_argument("--resume", action="store_true",
+                             help="finish this machine's last interrupted run in --out, with its own settings")
     run_options.add_argument("--retry-errors", action="store_true",
                              help="with --resume: redo the latest run's jobs that ended in an error (e.g. a killed worker)")
     run_options.add_argument("--executor", choices=("local", "ray"), default="local",
@@ -431,7 +437,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"board folder to merge into (its {DATABASE} and {EXPORT})")
     p.set_defaults(func=cmd_merge)
 
-    p = sub.add_parser("prune", help="remove the runs the board does not show from --out's database and export")
+    p = sub.add_parser("prune", help="remove runs from --out's database and export (the one command that does)")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run id (or a unique prefix) to remove")
+    p.add_argument("--unshown", action="store_true",
+                   help="remove every run no board shows (each group of comparable runs keeps its latest's board)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"board folder (its {DATABASE} and {EXPORT})")
     p.add_argument("--dry-run", action="store_true", help="list the runs it would remove, and remove none")
     p.set_defaults(func=cmd_prune)
@@ -443,23 +452,38 @@ def main(argv: list[str] | None = None) -> int:
     previous = _terminate_like_ctrl_c()
     try:
         status = args.func(args)
-        sys.stdout.flush()  # a closed pipe fails here, inside the handlers below, not at interpreter exit
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a closed pipe fails here, inside the handlers below, not at interpreter exit
         return status
     except ZooError as exc:
         print(f"zoo: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
-        print(f"\nzoo: interrupted ({signal.Signals(signum).name}); finished jobs are kept "
-              "(zoo run-all --resume continues)", file=sys.stderr)
+        kept = "; finished jobs are kept (zoo run-all --resume continues)" if args.func is cmd_run else ""
+        print(f"\nzoo: interrupted ({signal.Signals(signum).name}){kept}", file=sys.stderr)
         return 128 + signum
     except BrokenPipeError:  # stdout closed early (zoo show NAME | head): end quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _drop_stdout()
         return 128 + signal.SIGPIPE
+    except OSError as exc:  # the machine's, not the zoo's: a full disk, a missing folder, a file where one is needed
+        where = f": {exc.filename}" if exc.filename else " (writing the output)"
+        print(f"zoo: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        _drop_stdout()
+        return 2
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _drop_stdout() -> None:
+    """Whatever stdout still holds goes nowhere, so the interpreter's exit does not fail on it again."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _terminate_like_ctrl_c():

@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+COMPARABLE_ENVIRONMENT = ("cpu", "cpu_count", "device", "torch", "threads")
+"""A run's fingerprint entries that must agree for figures of two runs to share a board (or one resumed run)."""
+
 ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
 """glibc settings for benchmark workers: keep freed blocks instead of returning them to the OS, so
 memory-hungry variants do not pay page faults on every call."""
@@ -109,5 +112,6 @@ def fingerprint(profile, device: str) -> dict[str, str]:
         **({"cuda": str(torch.version.cuda)} if device == "cuda" else {}),
         "allocator": " ".join(f"{k}={v}" for k, v in ALLOCATOR_ENV.items()),
         "profile": profile.name,
+        "host": socket.gethostname(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }

@@ -1,13 +1,15 @@
 """``runs.jsonl``: a board's runs as text, committed beside the board in place of the SQLite store.
 
 One JSON object per line: ``table`` names its table (runs, jobs or results), the other keys are that table's
-columns, all of them. A run's lines are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted
+columns, all of them, and a result line also carries ``row``, its place among its job's rows (so a duplicated or
+a missing line is seen). A run's lines are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted
 by id, so the same runs always give the same bytes and a new run is one block in a diff.
 
-Reading checks every line against :data:`SCHEMA` and the file as a whole (no run twice, no job twice, no job
-or row of a run the file does not hold) before anything is written anywhere; a bad line is refused as
-``file:line: what is wrong``. The same check runs on what another machine's database holds before it is
-merged, so a value of the wrong type never enters a store.
+Reading checks every line against :data:`SCHEMA` and the file as a whole (no run, job or row twice, none
+missing, no job or row of a run the file does not hold) before anything is written anywhere; a bad line is
+refused as ``file:line: what is wrong``. The same check runs on a database's rows before they are merged or
+exported, and on every row a check yields before it is stored (:func:`storable`), so a value of the wrong type
+never enters a store, and nothing the zoo writes is refused when it is read back.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .checks import RESULT_FIELDS, STATUSES
+from .checks import ERROR, RESULT_FIELDS, STATUSES
 from .contract import ZooError
 
 EXPORT = "runs.jsonl"
 JOB_STATUSES = ("done", "error")
+ROW = "row"  # a result line's place among its job's rows (not a stored column: the order is)
 
 
 class ExportError(ZooError):
@@ -35,7 +39,13 @@ Kind = Callable[[object], "str | None"]
 
 
 def _text(value) -> str | None:
-    return None if isinstance(value, str) else f"expected text, got {_shown(value)}"
+    if not isinstance(value, str):
+        return f"expected text, got {_shown(value)}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "expected text, got a string with a lone surrogate (not Unicode text)"
+    return None
 
 
 def _name(value) -> str | None:
@@ -46,12 +56,15 @@ def _optional_text(value) -> str | None:
     return None if value is None else _text(value)
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 2 ** 1023)
+
+
 def _optional_number(value) -> str | None:
-    """A REAL column: SQLite gives integers back as floats and stores NaN as null, so both are read that way."""
-    if value is None or isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
-                                                     and abs(value) <= 2 ** 1023):
+    """A REAL column: finite, or null (SQLite stores NaN as null, so NaN reads as null; an infinity is no figure)."""
+    if value is None or (_is_number(value) and not math.isinf(value)):
         return None
-    return f"expected a number or null, got {_shown(value)}"
+    return f"expected a finite number or null, got {_shown(value)}"
 
 
 def _optional_integer(value) -> str | None:
@@ -69,28 +82,36 @@ def _one_of(choices: tuple[str, ...]) -> Kind:
 
 def _json_object(value) -> str | None:
     """A column stored as JSON text of an object (settings, environment, provenance)."""
-    if not isinstance(value, str):
+    problem = _text(value)
+    if problem:
         return f"expected JSON text of an object, got {_shown(value)}"
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        return f"expected JSON text of an object, got text that is not JSON ({exc})"
+    parsed, problem = _parse(value)
+    if problem:
+        return f"expected JSON text of an object, got text that is not JSON ({problem})"
     return None if isinstance(parsed, dict) else f"expected JSON text of an object, got JSON {type(parsed).__name__}"
 
 
 def _optional_json_numbers(value) -> str | None:
-    """Per-round samples: JSON text of a list of numbers, or null."""
+    """Per-round samples: JSON text of a list of finite numbers, or null."""
     if value is None:
         return None
-    if not isinstance(value, str):
+    if _text(value):
         return f"expected JSON text of a list of numbers or null, got {_shown(value)}"
-    try:
-        parsed = json.loads(value)
-    except ValueError as exc:
-        return f"expected JSON text of a list of numbers, got text that is not JSON ({exc})"
-    if not isinstance(parsed, list) or any(_optional_number(x) or x is None for x in parsed):
-        return f"expected JSON text of a list of numbers, got {_shown(parsed)}"
+    parsed, problem = _parse(value)
+    if problem:
+        return f"expected JSON text of a list of numbers, got text that is not JSON ({problem})"
+    if not isinstance(parsed, list) or not all(_is_number(x) and math.isfinite(x) for x in parsed):
+        return f"expected JSON text of a list of finite numbers, got {_shown(parsed)}"
     return None
+
+
+def _parse(text: str):
+    try:
+        return json.loads(text), None
+    except ValueError as exc:
+        return None, str(exc)
+    except RecursionError:
+        return None, "nested too deeply"
 
 
 _RESULT_KINDS: dict[str, Kind] = {
@@ -122,9 +143,15 @@ class RunRecords:
         return self.run["run_id"]
 
     def lines(self) -> list[str]:
-        """The run's export lines: canonical JSON, keys sorted."""
+        """The run's export lines: canonical JSON, keys sorted, each result with its place in its job."""
+        places: dict[tuple[str, str], int] = {}
+        rows = []
+        for record in self.results:
+            key = (record["variant"], record["suite"])
+            rows.append({**record, ROW: places.setdefault(key, 0)})
+            places[key] += 1
         return [json.dumps({"table": table, **record}, sort_keys=True)
-                for table, records in (("runs", [self.run]), ("jobs", self.jobs), ("results", self.results))
+                for table, records in (("runs", [self.run]), ("jobs", self.jobs), ("results", rows))
                 for record in records]
 
     def digest(self) -> str:
@@ -136,15 +163,20 @@ class RunRecords:
 
 
 def export_bytes(runs: Iterable[RunRecords]) -> bytes:
-    """The export file holding ``runs`` (sorted by id)."""
-    ordered = sorted(runs, key=lambda r: r.run_id)
+    """The export file holding ``runs`` (sorted by id); a run with no job yet (one starting, or one that failed
+    before any job finished and is being discarded) carries nothing and is left out."""
+    ordered = sorted((run for run in runs if run.jobs), key=lambda r: r.run_id)
     return "".join(line + "\n" for run in ordered for line in run.lines()).encode()
 
 
 def read_export(path: Path) -> dict[str, RunRecords]:
     """The runs of an export file by id, every line checked; :class:`ExportError` names the first bad one."""
+    path = Path(path)
     try:
-        data = Path(path).read_bytes()
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise ExportError(f"{path}: not a regular file")
+        data = path.read_bytes()
     except OSError as exc:
         raise ExportError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     lines = data.split(b"\n")
@@ -157,29 +189,29 @@ def read_export(path: Path) -> dict[str, RunRecords]:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ExportError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
-        try:
-            record = json.loads(text)
-        except ValueError as exc:
-            raise ExportError(f"{where}: not a JSON line ({exc})") from None
+        record, problem = _parse(text)
+        if problem:
+            raise ExportError(f"{where}: not a JSON line ({problem})")
         records.append((where, record))
-    return check_records(records)
+    return check_records(records, numbered=True)
 
 
-def check_records(records: Iterable[tuple[str, object]]) -> dict[str, RunRecords]:
+def check_records(records: Iterable[tuple[str, object]], numbered: bool = False) -> dict[str, RunRecords]:
     """Check ``(where, record)`` pairs, each a dict with ``table`` and every column of that table, as a whole;
-    return the runs by id."""
+    return the runs by id. ``numbered``: result records carry their ``row`` (an export's lines; an export
+    written before rows were numbered is read in its order)."""
     runs: dict[str, RunRecords] = {}
     jobs: dict[tuple, str] = {}
-    pending: list[tuple[str, str, dict]] = []
+    pending: list[tuple[str, str, dict, object]] = []
     for where, record in records:
-        table, values = _check_record(where, record)
+        table, values, place = _check_record(where, record, numbered)
         if table == "runs":
             if values["run_id"] in runs:
                 raise ExportError(f"{where}: run {values['run_id']!r} appears twice (a duplicated line or a bad merge)")
             runs[values["run_id"]] = RunRecords(values)
         else:
-            pending.append((where, table, values))
-    for where, table, values in pending:
+            pending.append((where, table, values, place))
+    for where, table, values, _ in pending:
         run = runs.get(values["run_id"])
         if run is None:
             raise ExportError(f"{where}: a {table} record of run {values['run_id']!r}, which has no runs line")
@@ -189,17 +221,24 @@ def check_records(records: Iterable[tuple[str, object]]) -> dict[str, RunRecords
                 raise ExportError(f"{where}: job {key[1]}/{key[2]} of run {key[0]!r} appears twice (also at {jobs[key]})")
             jobs[key] = where
             run.jobs.append(values)
-    for where, table, values in pending:
-        if table == "results":
-            key = (values["run_id"], values["variant"], values["suite"])
-            if key not in jobs:
-                raise ExportError(f"{where}: a result row of job {key[1]}/{key[2]} of run {key[0]!r}, "
-                                  "which has no jobs line")
-            runs[key[0]].results.append(values)
+    seen: dict[tuple, list[str]] = {}
+    for where, table, values, place in pending:
+        if table != "results":
+            continue
+        key = (values["run_id"], values["variant"], values["suite"])
+        if key not in jobs:
+            raise ExportError(f"{where}: a result row of job {key[1]}/{key[2]} of run {key[0]!r}, which has no jobs line")
+        earlier = seen.setdefault(key, [])
+        if place is not None and place != len(earlier):
+            what = f"appears twice (also at {earlier[place]})" if place < len(earlier) else \
+                f"follows row {len(earlier) - 1}: a line is missing" if earlier else "comes first: a line is missing"
+            raise ExportError(f"{where}: row {place} of job {key[1]}/{key[2]} of run {key[0]!r} {what}")
+        earlier.append(where)
+        runs[key[0]].results.append(values)
     return runs
 
 
-def _check_record(where: str, record) -> tuple[str, dict]:
+def _check_record(where: str, record, numbered: bool) -> tuple[str, dict, object]:
     if not isinstance(record, dict):
         raise ExportError(f"{where}: expected a JSON object, got {_shown(record)}")
     table = record.get("table")
@@ -207,6 +246,9 @@ def _check_record(where: str, record) -> tuple[str, dict]:
         raise ExportError(f"{where}: 'table' must be one of {', '.join(SCHEMA)}, got {_shown(table)}")
     columns = SCHEMA[table]
     values = {k: v for k, v in record.items() if k != "table"}
+    place = values.pop(ROW, None) if table == "results" and numbered else None
+    if place is not None and _optional_integer(place):
+        raise ExportError(f"{where}: results.{ROW}: {_optional_integer(place)}")
     unknown, missing = sorted(set(values) - set(columns)), [c for c in columns if c not in values]
     if unknown:
         raise ExportError(f"{where}: a {table} record with columns this zoo does not know: {', '.join(unknown)}")
@@ -219,12 +261,68 @@ def _check_record(where: str, record) -> tuple[str, dict]:
         if kind is _optional_number and values[column] is not None:  # as SQLite's REAL column gives it back
             number = float(values[column])
             values[column] = None if math.isnan(number) else number
-    return table, {c: values[c] for c in columns}
+    return table, {c: values[c] for c in columns}, place
+
+
+def storable(rows: Iterable[dict], check: str = "") -> list[dict]:
+    """A check's rows as the store keeps them (samples as JSON text), each one that the export reads back: numbers
+    of any numeric type as floats, a NaN value as null (as SQLite keeps it), text fields as text; a row that
+    still breaks the schema (a plugin's bug: an empty check name, text that is not Unicode, an infinite value,
+    an integer beyond 64 bits) becomes an error row saying what was wrong with it (``check``: its name then)."""
+    kept = []
+    for row in rows:
+        values = _normalized(row)
+        problems = [f"{column}: {problem}" for column, kind in _RESULT_KINDS.items()
+                    if (problem := _kind_problem(kind, values[column]))]
+        if problems:
+            name = values["check"] if not _kind_problem(_name, values["check"]) else (check or "invalid-row")
+            values = {**{name: "" for name in ("setting", "unit", "mode", "phase")}, "value": None, "n": None,
+                      "samples": None, "check": name, "status": ERROR,
+                      "detail": "the check yielded a row the store cannot keep: " + "; ".join(problems)[:500]}
+        kept.append(values)
+    return kept
+
+
+def _normalized(row: dict) -> dict:
+    values = {name: row.get(name) for name in RESULT_FIELDS}
+    for name in ("setting", "unit", "detail", "mode", "phase"):
+        if values[name] is None:
+            values[name] = ""
+        elif not isinstance(values[name], str):
+            values[name] = str(values[name])
+    if values["value"] is not None and not isinstance(values["value"], (bool, str)):
+        try:
+            values["value"] = float(values["value"])
+        except (TypeError, ValueError, OverflowError):
+            pass
+        if isinstance(values["value"], float) and math.isnan(values["value"]):
+            values["value"] = None
+    if isinstance(values["n"], float) and values["n"].is_integer():
+        values["n"] = int(values["n"])
+    elif values["n"] is not None and not isinstance(values["n"], (bool, int)) and hasattr(values["n"], "__index__"):
+        values["n"] = values["n"].__index__()
+    samples = values["samples"]
+    if samples is not None and not isinstance(samples, str):
+        try:
+            values["samples"] = json.dumps([float(x) for x in samples], allow_nan=True) if len(samples) else None
+        except (TypeError, ValueError, OverflowError):
+            values["samples"] = repr(samples)
+    return values
+
+
+def _kind_problem(kind: Kind, value) -> str | None:
+    try:
+        return kind(value)
+    except Exception as exc:  # a value no kind foresaw (an object of a plugin's own type)
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _shown(value) -> str:
     """A value as the user wrote it, short."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    text = json.dumps(value) if not isinstance(value, (set, bytes)) else repr(value)
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -3,18 +3,22 @@
 A folder (``leaderboard/`` by default) keeps its runs twice: ``results.sqlite``, the working store runs write to
 as they go (ignored by git), and ``runs.jsonl``, the text export committed beside the board. The rules:
 
-- **Joined first.** Every command that opens a folder first joins the two: a run only one of them holds counts,
-  and a run both hold with different content is resolved by which side changed since they last agreed (the
-  database records each run's digest as the export last held it): changed here (a run resumed or retried since)
-  keeps the database's copy, changed there (a ``git pull``) takes the export's, changed on both sides is an
-  error naming the run and both files, and nothing is changed.
+- **Joined first.** Every command that opens a folder first joins the two, both checked against the one schema:
+  a run only one of them holds counts. A run both hold with different content is the database's when only the
+  database changed it since they last agreed (a run resumed or retried here; the database records each run's
+  digest as the export last held it); any other difference (the export's copy changed since: an older file
+  checked out, a hand edit, a bad merge) is an error naming the run and both files, and nothing is changed. A
+  join never replaces or shrinks a run.
 - **Kept runs only grow.** Only commands that add runs (``zoo run``, ``run-all``, ``merge``) write ``runs.jsonl``,
-  and it then holds every run of the join. Which runs the *board shows* is the renderer's business; ``zoo prune``
-  is the one command that removes runs, and it lists them.
+  and it then holds every run of the join (a run with no job yet carries nothing and is left out). Which runs
+  the *board shows* is the renderer's business; ``zoo prune`` is the one command that removes runs, and it
+  names each.
 - **Written as a whole.** Every file of one publication (the board's files, the export) is staged under
-  ``.zoo-cache/``, then a journal naming them is written atomically, then they are renamed into place; one lock
-  serialises publications. An interrupted publication is finished (journal written) or discarded (not yet) by
-  the next command that opens the folder, so the board's files are always all from one publication.
+  ``.zoo-cache/``, then a journal naming them and what each file held before is written atomically, then they
+  are renamed into place; one lock serialises publications. An interrupted publication is finished (journal
+  written) or discarded (not yet) by the next command that opens the folder, so the board's files are all from
+  one publication; a file changed by someone else since the journal was written (a ``git pull``) is left as it
+  is, and its staged copy dropped (the database still holds every run that copy had).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -35,6 +40,7 @@ from .store import DATABASE, SQLITE_HEADER, Store, StoreError, disk_full
 
 SCRATCH = ".zoo-cache"  # ignored by git: the lock, staged files, the journal, executors' temporary files
 LOCK, JOURNAL, STAGING = "lock", "publish.json", "publish-"
+KEPT = (DATABASE, EXPORT)  # never removed by a publication
 
 
 class FolderError(ZooError):
@@ -45,6 +51,8 @@ class BoardFolder:
     """The folder at ``path`` (see the module's rules)."""
 
     def __init__(self, path: str | os.PathLike) -> None:
+        if not isinstance(path, (str, os.PathLike)) or not str(path):
+            raise FolderError(f"--out: expected a folder, got {path!r}")
         self.path = Path(path)
         self.database = self.path / DATABASE
         self.export = self.path / EXPORT
@@ -54,16 +62,20 @@ class BoardFolder:
     # --- opening ----------------------------------------------------------------------------------------
 
     def exists(self) -> bool:
-        return self.database.exists() or self.export.exists()
+        return self.database.exists() or self.export.exists() or self.export.is_symlink()
 
     def for_writing(self) -> Store:
         """The folder's database, joined with its export: what a run, a merge or a prune works on."""
         self.path_must_be_writable()
         with self._locked():
-            exported = self._read_export()  # a bad export is refused before a database is created or changed
-            store = Store(self.database)
-            store.check()
-            self._join(store, exported)
+            return self._joined_store()
+
+    def _joined_store(self) -> Store:
+        """With the lock held: the database, checked, joined with the export."""
+        exported = self._read_export()  # a bad export is refused before a database is created or changed
+        store = Store(self.database)
+        store.check()
+        self._join(store, exported)
         return store
 
     def for_reading(self) -> Store:
@@ -81,36 +93,37 @@ class BoardFolder:
         return store
 
     def _read_export(self) -> dict[str, RunRecords]:
+        if self.export.is_symlink():
+            raise FolderError(f"{self.export}: a symbolic link; the zoo rewrites {EXPORT} in place, so keep the "
+                              "file itself there")
         return read_export(self.export) if self.export.exists() else {}
 
     def _join(self, store: Store, exported: dict[str, RunRecords]) -> None:
-        self.unexported = sorted(set(store.runs().run_id) - set(exported))
-        mine, agreed = store.records(exported), store.exported()
-        adding, replacing, digests, conflicts = [], [], {}, []
+        mine = checked(store)
+        agreed = store.exported()
+        self.unexported = sorted(set(mine) - set(exported))
+        adding, digests, conflicts = [], {}, []
         for run_id, theirs in exported.items():
             theirs_digest, ours = theirs.digest(), mine.get(run_id)
             if ours is None:
-                adding.append(theirs)
-                digests[run_id] = theirs_digest
+                if theirs.jobs:  # a run exported before any job finished carries nothing
+                    adding.append(theirs)
+                    digests[run_id] = theirs_digest
                 continue
             ours_digest = ours.digest()
             if ours_digest == theirs_digest:
                 if agreed.get(run_id) != theirs_digest:
                     digests[run_id] = theirs_digest
-            elif agreed.get(run_id) == theirs_digest:
-                continue  # changed here since the export was written: the next run or merge exports it
-            elif agreed.get(run_id) == ours_digest:
-                replacing.append(theirs)  # changed in the export (a pull) since this database last saw it
-                digests[run_id] = theirs_digest
-            else:
+            elif agreed.get(run_id) != theirs_digest:  # the export's copy is not the one this database last wrote
                 conflicts.append(f"run {run_id!r} ({store.label}: {ours.describe()}; {self.export}: {theirs.describe()})")
         if conflicts:
             raise FolderError(
-                f"{len(conflicts)} run(s) differ between {store.label!r} and {str(self.export)!r} and both changed "
-                f"since they last agreed: {'; '.join(conflicts[:3])}; nothing was changed. Keep the copy you want: "
-                f"move {DATABASE} aside to use {EXPORT}'s, or restore {EXPORT} (git checkout) to keep the database's")
-        if adding or replacing or digests:
-            store.add([*replacing, *adding], replacing=[r.run_id for r in replacing], exported=digests, only_new=True)
+                f"{len(conflicts)} run(s) differ between {store.label!r} and {str(self.export)!r}, and the export's "
+                f"copy is not the one this database last wrote: {'; '.join(conflicts[:3])}; nothing was changed. "
+                f"Keep the copy you want: move {DATABASE} aside to use {EXPORT}'s, or restore {EXPORT} (git "
+                "checkout) to the one it wrote")
+        if adding or digests:
+            store.add(adding, exported=digests, only_new=True)
 
     # --- writing ----------------------------------------------------------------------------------------
 
@@ -127,37 +140,47 @@ class BoardFolder:
                 files[EXPORT] = export_bytes(runs.values())
             written = self._commit(files, [name for name in remove if name not in files])
             if store is not None:
-                store.set_exported({run_id: run.digest() for run_id, run in runs.items()})
+                store.set_exported({run_id: run.digest() for run_id, run in runs.items() if run.jobs})
         return written
 
     def _commit(self, files: dict[str, bytes], remove: list[str]) -> list[Path]:
+        for name in [*files, *remove]:
+            if not _plain_name(name) or (name in remove and name in KEPT):
+                raise FolderError(f"a board file must be a plain file name in {self.path}, got {name!r}")
         staging = self.scratch / f"{STAGING}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         journal = self.scratch / JOURNAL
+        pending = journal.with_name(f"{JOURNAL}.{staging.name}")
         try:
             staging.mkdir(parents=True)
             for name, content in files.items():
                 _write_durably(staging / name, content)
-            _write_durably(journal.with_name(f"{JOURNAL}.{staging.name}"),
-                           json.dumps({"staging": staging.name, "files": sorted(files), "remove": remove}).encode())
-            os.replace(journal.with_name(f"{JOURNAL}.{staging.name}"), journal)  # the commit point
+            before = {name: _digest(self.path / name) for name in [*files, *remove]}
+            _write_durably(pending, json.dumps({"staging": staging.name, "files": sorted(files), "remove": remove,
+                                                "before": before}).encode())
+            os.replace(pending, journal)  # the commit point
         except OSError as exc:
-            journal.with_name(f"{JOURNAL}.{staging.name}").unlink(missing_ok=True)
+            pending.unlink(missing_ok=True)
             shutil.rmtree(staging, ignore_errors=True)
             raise self._write_failure(exc, "the board was not written; the previous one is as it was") from None
         self._apply(journal)
         return [self.path / name for name in files]
 
     def _apply(self, journal: Path) -> None:
-        """Carry out a written journal (again, after an interruption: each step can be repeated)."""
-        plan = json.loads(journal.read_text())
-        staging = self.scratch / plan["staging"]
-        for name in plan["files"]:
-            if (staging / name).exists():
-                os.replace(staging / name, self.path / name)
-        for name in plan["remove"]:
-            (self.path / name).unlink(missing_ok=True)
-        journal.unlink()
-        shutil.rmtree(staging, ignore_errors=True)
+        """Carry out a written journal (again, after an interruption: each step can be repeated). A file whose
+        content is neither what it held when the journal was written nor the staged one was changed since by
+        someone else, and is left as it is; a journal that is not one of the zoo's is dropped."""
+        plan = _journal(journal)
+        if plan is not None:
+            staging = self.scratch / plan["staging"]
+            for name in plan["files"]:
+                staged, target = staging / name, self.path / name
+                if staged.is_file() and _digest(target) == plan["before"].get(name):
+                    os.replace(staged, target)
+            for name in plan["remove"]:
+                if _digest(self.path / name) == plan["before"].get(name):
+                    (self.path / name).unlink(missing_ok=True)
+            shutil.rmtree(staging, ignore_errors=True)
+        journal.unlink(missing_ok=True)
 
     def _recover(self) -> None:
         """With the lock held: finish a publication whose journal was written, and drop staged files of ones
@@ -188,6 +211,8 @@ class BoardFolder:
         return os.access(self.path, os.W_OK)
 
     def path_must_be_writable(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise FolderError(f"--out: {str(self.path)!r} is a file, not a folder")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -207,43 +232,49 @@ class BoardFolder:
         both hold with different content is an error naming it, and nothing is added. Returns (the ids added,
         how many were already here)."""
         theirs = read_runs(Path(source))
-        store = self.for_writing()
-        ours = store.records(theirs)
-        differing = [run_id for run_id, run in theirs.items() if run_id in ours and ours[run_id].digest() != run.digest()]
-        if differing:
-            raise FolderError(f"run(s) {', '.join(map(repr, differing[:3]))} of {str(source)!r} differ from the copies "
-                              f"in {str(self.path)!r} ({theirs[differing[0]].describe()} there, "
-                              f"{ours[differing[0]].describe()} here): nothing was merged")
-        added = store.add([run for run_id, run in theirs.items() if run_id not in ours], only_new=True)
-        self.publish({}, store=store)
+        self.path_must_be_writable()
+        with self._locked():
+            store = self._joined_store()
+            ours = store.records(theirs)
+            differing = [run_id for run_id, run in theirs.items()
+                         if run_id in ours and ours[run_id].digest() != run.digest()]
+            if differing:
+                raise FolderError(f"run(s) {', '.join(map(repr, differing[:3]))} of {str(source)!r} differ from the "
+                                  f"copies in {str(self.path)!r} ({theirs[differing[0]].describe()} there, "
+                                  f"{ours[differing[0]].describe()} here): nothing was merged")
+            added = store.add([run for run_id, run in theirs.items() if run_id not in ours and run.jobs], only_new=True)
+            runs = store.records()
+            self._commit({EXPORT: export_bytes(runs.values())}, [])
+            store.set_exported({run_id: run.digest() for run_id, run in runs.items() if run.jobs})
         return added, len(theirs) - len(added)
 
-    def prune(self, keep: set[str], dry_run: bool = False) -> list[RunRecords]:
-        """Remove every run not in ``keep`` from the database and the export (the one command that shrinks
-        them); returns the runs removed (or that would be, with ``dry_run``)."""
-        store = self.for_reading() if dry_run else self.for_writing()
-        doomed = [run for run_id, run in sorted(store.records().items()) if run_id not in keep]
-        if doomed and not dry_run:
-            store.remove(run.run_id for run in doomed)
-            with self._locked():
-                runs = store.records()
-                self._commit({EXPORT: export_bytes(runs.values())}, [])
+    def prune(self, choose, dry_run: bool = False) -> list[RunRecords]:
+        """Remove the runs ``choose(store)`` names from the database and the export (the one command that shrinks
+        them), deciding and removing under one lock, so a run that lands meanwhile is never among them; returns
+        the runs removed (or that would be, with ``dry_run``)."""
+        if dry_run:
+            store = self.for_reading()
+            chosen = set(choose(store))
+            return [run for run_id, run in sorted(store.records().items()) if run_id in chosen]
+        self.path_must_be_writable()
+        with self._locked():
+            store = self._joined_store()
+            known = store.records()  # what there is to decide on: a run recorded from here on is not among them
+            chosen = set(choose(store))
+            doomed = [run for run_id, run in sorted(known.items()) if run_id in chosen]
+            if doomed:
+                store.remove(run.run_id for run in doomed)
+                kept = store.records()
+                self._commit({EXPORT: export_bytes(kept.values())}, [])
         return doomed
 
 
-def read_runs(source: Path) -> dict[str, RunRecords]:
-    """The runs of a results database or an export file, each checked against the one schema."""
-    if not source.is_file():
-        raise FolderError(f"DATABASE: no such file {str(source)!r}")
-    with open(source, "rb") as handle:
-        is_database = handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
-    if not is_database:
-        if source.suffix == ".jsonl":
-            return read_export(source)
-        Store(source, readonly=True).check()  # says what it is instead
-    records = Store(source, readonly=True).records()
+def checked(store: Store, label: str | None = None) -> dict[str, RunRecords]:
+    """Every run ``store`` holds, each row checked against the one schema (a database edited by hand or by
+    another tool is refused in one line naming it, before anything of it is exported or merged)."""
+    records = store.records()
     try:
-        return check_records((f"{source} ({table} of run {run.run_id!r})", {"table": table, **record})
+        return check_records((f"{label or store.label} ({table} of run {run.run_id!r})", {"table": table, **record})
                              for run in records.values()
                              for table, rows in (("runs", [run.run]), ("jobs", run.jobs), ("results", run.results))
                              for record in rows)
@@ -251,9 +282,52 @@ def read_runs(source: Path) -> dict[str, RunRecords]:
         raise StoreError(str(exc)) from None
 
 
+def read_runs(source: Path) -> dict[str, RunRecords]:
+    """The runs of a results database or an export file (told apart by content, or a database's name), each
+    checked."""
+    if source.is_dir():
+        raise FolderError(f"DATABASE: {str(source)!r} is a folder; give its {DATABASE} or its {EXPORT}")
+    if not source.is_file():
+        raise FolderError(f"DATABASE: no such file {str(source)!r}")
+    with open(source, "rb") as handle:
+        is_database = handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    if is_database or source.suffix in (".sqlite", ".sqlite3", ".db"):  # an empty or damaged one says so
+        return checked(Store(source, readonly=True))
+    return read_export(source)
+
+
+def _plain_name(name: str) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
+
+
+def _journal(path: Path) -> dict | None:
+    """A journal as the zoo writes it, or None for anything else (the file is then dropped, nothing applied)."""
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(plan, dict) or not isinstance(plan.get("staging"), str) or not isinstance(plan.get("before"), dict):
+        return None
+    names = [*plan.get("files", ()), *plan.get("remove", ())] if all(
+        isinstance(plan.get(key), list) for key in ("files", "remove")) else None
+    if (names is None or not plan["staging"].startswith(STAGING) or not _plain_name(plan["staging"])
+            or not all(_plain_name(name) for name in names) or any(name in KEPT for name in plan["remove"])):
+        return None
+    return plan
+
+
+def _digest(path: Path) -> str | None:
+    """What a file holds now (None: no file)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "unreadable"
+
+
 def _write_durably(path: Path, content: bytes) -> None:
     with open(path, "wb") as handle:
         handle.write(content)
         handle.flush()
         os.fsync(handle.fileno())
-

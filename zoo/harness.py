@@ -28,8 +28,8 @@ MIN_MEMORY_GIB = 1.0  # below this a worker cannot start torch (its BLAS fails t
 
 
 def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[str] | None = None,
-        suites: str | Iterable[str] | None = None, profile: str = "quick", out: str | os.PathLike = "leaderboard",
-        device: str = "cpu", dtype: str | None = None, threads: int | None = None, d_model: int | None = None,
+        suites: str | Iterable[str] | None = None, profile: str | None = None, out: str | os.PathLike = "leaderboard",
+        device: str | None = None, dtype: str | None = None, threads: int | None = None, d_model: int | None = None,
         heads: int | None = None, lengths: Iterable[int] | None = None, repeats: int | None = None,
         options: Mapping[str, object] | None = None, timeout: float | None = None,
         memory_limit_gib: float | None = None, executor: str = "local", address: str | None = None,
@@ -38,9 +38,10 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
         progress: Callable[[str], None] = lambda line: None) -> pd.DataFrame:
     """Run suites on variants and write the leaderboard into ``out``; return the run's result rows
     (``attrs``: ``run_id``, ``store``, ``leaderboard``). ``variants`` names them (one name or several); else
-    ``filters`` (wildcards) select among all registered ones; else all. ``suites`` default to the profile's.
-    Every value is checked before plugins load or anything is written (:func:`check_options`); ``warn`` is
-    told of each plugin that failed to load (``strict``: that is an error)."""
+    ``filters`` (wildcards) select among all registered ones; else all. ``suites`` default to the profile's
+    (``profile``: quick unless given). Every value is checked before plugins load or anything is written
+    (:func:`check_options`); ``warn`` is told of each plugin that failed to load (``strict``: that is an error).
+    ``resume`` continues this machine's latest unfinished run in ``out`` with the settings it started with."""
     from .folder import BoardFolder
     from .leaderboard import render
     from .registry import load_registry
@@ -49,10 +50,17 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     # validate (no plugin, no torch, nothing written yet)
     variants, filters, suites = (_names(label, value) for label, value in
                                  (("variants", variants), ("--filter", filters), ("--suite", suites)))
-    settings = check_options(profile, device=device, dtype=dtype, threads=threads, d_model=d_model, heads=heads,
-                             lengths=lengths, repeats=repeats, options=options, executor=executor, timeout=timeout,
-                             memory_limit_gib=memory_limit_gib, address=address, resume=resume,
-                             retry_errors=retry_errors)
+    plugins_dirs = [plugins_dirs] if isinstance(plugins_dirs, (str, os.PathLike)) else list(plugins_dirs)
+    overrides = {"--profile": profile, "--device": device, "--dtype": dtype, "--threads": threads, "--d-model": d_model,
+                 "--heads": heads, "--lengths": lengths, "--repeats": repeats, "--option": options}
+    if resume and any(value is not None for value in overrides.values()):
+        given = ", ".join(label for label, value in overrides.items() if value is not None)
+        raise OptionError(f"--resume: continues a run with the settings it started with; {given} cannot change "
+                          "them (drop them, or start a new run without --resume)")
+    settings = check_options(profile or "quick", device=device or "cpu", dtype=dtype, threads=threads,
+                             d_model=d_model, heads=heads, lengths=lengths, repeats=repeats, options=options,
+                             executor=executor, timeout=timeout, memory_limit_gib=memory_limit_gib, address=address,
+                             resume=resume, retry_errors=retry_errors)
     if executor == "ray":
         from .ray_executor import check_reachable, require_ray
 
@@ -60,6 +68,8 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
         if address:
             check_reachable(address)
     folder = BoardFolder(out)
+    if resume and not folder.exists():
+        raise OptionError(f"--resume: no run to continue in {str(folder.path)!r} (no {folder.database.name} there)")
     folder.path_must_be_writable()
     # select
     if registry is None:
@@ -67,12 +77,10 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
         for failure in registry.failures:
             warn(failure.message())
     names = _select(registry, variants, filters)
-    _check_variant_settings(registry, names, settings, _profile(profile))
+    _check_variant_settings(registry, names, settings, _profile("quick"))
     chosen = _suites(registry, suites, settings)
     store = folder.for_writing()  # the database, with the runs of the committed export it lacks
-    run_id = store.latest_run(unfinished=not retry_errors) if resume else None
-    if resume and run_id is None:
-        raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run in {str(folder.database)!r}")
+    run_id = _run_to_resume(store, retry_errors, folder) if resume else None
     if run_id is not None:
         from .profiles import Profile
 
@@ -116,6 +124,24 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     return results
 
 
+def _run_to_resume(store, retry_errors: bool, folder) -> str:
+    """The latest run in ``store`` that this machine started and did not finish (with ``retry_errors``: finished
+    or not): a run started elsewhere (a committed board's, another machine's) is never continued here, as
+    its figures and this machine's would then share one run."""
+    import socket
+
+    runs = store.runs()
+    if not retry_errors:
+        runs = runs[runs.finished.isna()]
+    here = socket.gethostname()
+    mine = [run for run in runs.run_id if store.environment(run).get("host") == here]
+    if not mine:
+        elsewhere = f" ({len(runs)} started on other machines)" if len(runs) else ""
+        raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run this machine started in "
+                          f"{str(folder.database)!r}{elsewhere}")
+    return mine[-1]
+
+
 def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, threads=None, d_model=None, heads=None,
                   lengths=None, repeats=None, options=None, executor: str = "local", timeout=None,
                   memory_limit_gib=None, address=None, resume: bool = False, retry_errors: bool = False):
@@ -135,10 +161,13 @@ def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, th
         if value <= least:
             raise OptionError(f"{label}: must be more than {least:g}, got {value!r}" +
                               (" (GiB: a worker needs about 1 GiB of address space to start torch)" if least else ""))
+    if memory_limit_gib is not None and memory_limit_gib * 2 ** 30 >= 2 ** 62:
+        raise OptionError(f"--memory-limit: {memory_limit_gib!r} GiB is more address space than a process can be "
+                          "given (leave it out for 80% of this machine's memory)")
     if options is not None and (not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"--option: expected a mapping of option names to values, got {options!r}")
     if lengths is not None:
-        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Iterable):
+        if isinstance(lengths, (str, bytes, Mapping)) or not isinstance(lengths, Iterable):
             raise OptionError(f"--lengths: expected a list of integers, got {lengths!r}")
         lengths = list(lengths)
         if not lengths or any(isinstance(n, bool) or not isinstance(n, int) for n in lengths):
@@ -159,9 +188,9 @@ def _names(label: str, value) -> list[str] | None:
     if value is None:
         return None
     items = [value] if isinstance(value, str) else list(value) if isinstance(value, Iterable) else None
-    if items is None or not all(isinstance(item, str) and item for item in items):
+    if not items or isinstance(value, Mapping) or not all(isinstance(item, str) and item for item in items):
         raise OptionError(f"{label}: expected a name or a list of names, got {value!r}")
-    return items or None
+    return items
 
 
 def _select(registry, variants, filters) -> list[str]:

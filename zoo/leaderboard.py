@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -19,6 +20,7 @@ from tabulate import tabulate
 
 from .checks import BAD, ERROR, FAILED, MEASURED, PASSED, SKIPPED
 from . import webpage
+from .environment import COMPARABLE_ENVIRONMENT
 from .folder import BoardFolder
 from .store import RESULT_COLUMNS, Store, device_kind
 from .contract import COMPARATOR_LABELS, COMPARATORS, SDPA, Target
@@ -34,11 +36,14 @@ TAG_LABELS = {
 }
 
 
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def cell(value) -> str:
     """Plugin text made safe for a Markdown table cell and any HTML renderer."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
-    text = " ".join(str(value).split())
+    text = CONTROL_CHARACTERS.sub("\ufffd", " ".join(str(value).split()))  # NUL, ESC: no terminal tricks
     return (html.escape(text, quote=False).replace("|", "&#124;").replace("`", "&#96;")
             .replace("](", "&#93;("))  # no link or image of a plugin's making (footnote marks [1] stay)
 
@@ -125,10 +130,6 @@ def _fmt_x(ratio) -> str:
     return "" if ratio is None else f"{ratio:.3g}x"
 
 
-COMPARABLE_ENVIRONMENT = ("cpu", "cpu_count", "device", "torch", "threads")
-"""Runs whose figures may share a board: the same settings and these environment entries alike."""
-
-
 def board_rows(store: Store, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """What the board for ``run_id`` shows: every job of this run and, for each (variant, suite) it did not
     run, the latest job of an earlier comparable run (same settings, same kind of machine), so `zoo run
@@ -192,13 +193,22 @@ def board_files(store: Store, run_id: str, out_dir: Path) -> dict[str, bytes]:
         figures.append((long_range.read_bytes(), f"time up to long sequences (from {LONG_SEQUENCES}/, a run of its "
                                                  f"own: {LONG_SEQUENCES}/index.html)"))
     page = webpage.page(_page_data(run_id, env, store.settings(run_id), results, cards, quality, quality_runs), figures)
-    return {"README.md": readme.encode(), "index.html": page.encode(), "results.csv": csv.encode(), **dict(plots)}
+    text = {"README.md": readme, "index.html": page, "results.csv": csv}  # a plugin's lone surrogate becomes "?"
+    return {**{name: content.encode("utf-8", "replace") for name, content in text.items()}, **dict(plots)}
 
 
-def shown_runs(store: Store, run_id: str) -> set[str]:
-    """The runs the board for ``run_id`` shows rows of (what ``zoo prune`` keeps)."""
-    results, _ = board_rows(store, run_id)
-    return set(results.run_id) | set(_quality_results(store, results)[1]) | {run_id}
+def shown_runs(store: Store) -> set[str]:
+    """The runs some board shows: for each group of comparable runs (same settings, same kind of machine), what
+    the board of its latest run shows (``zoo prune --unshown`` removes the others)."""
+    latest = {}
+    for run in store.runs().run_id:  # in the order they started: the last of a group wins
+        machine = tuple(store.environment(run).get(key) for key in COMPARABLE_ENVIRONMENT)
+        latest[(json.dumps(store.settings(run), sort_keys=True), machine)] = run
+    shown = set(latest.values())
+    for run in latest.values():
+        results, _ = board_rows(store, run)
+        shown |= set(results.run_id) | set(_quality_results(store, results)[1])
+    return shown
 
 
 def _page_data(run_id, env, settings, results, cards, quality, quality_runs) -> dict:

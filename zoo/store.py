@@ -24,7 +24,7 @@ import pandas as pd
 
 from .checks import RESULT_FIELDS
 from .contract import ZooError
-from .export import EXPORT, TABLE_COLUMNS, RunRecords
+from .export import EXPORT, TABLE_COLUMNS, RunRecords, storable
 
 RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
 DATABASE = "results.sqlite"
@@ -96,6 +96,14 @@ def disk_full(path: Path) -> str:
 
 def _is_disk_full(exc: BaseException) -> bool:
     return getattr(exc, "sqlite_errorcode", None) == 13 or "disk is full" in str(exc) or getattr(exc, "errno", 0) == 28
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Too little room for SQLite's own files (its WAL index, a journal): it then reports I/O errors instead."""
+    try:
+        return shutil.disk_usage(folder).free < 2 ** 20
+    except OSError:
+        return False
 
 
 class Store:
@@ -199,6 +207,12 @@ class Store:
             if not ZOO_TABLES <= tables:
                 raise StoreError(f"{self.label!r} is not a zoo results database (it has no "
                                  f"{', '.join(sorted(ZOO_TABLES - tables))} table); it was left as it is")
+            for table in sorted(ZOO_TABLES):
+                present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+                missing = [c for c in TABLE_COLUMNS[table] if c not in present and (table, c) != ("results", "samples")]
+                if missing:
+                    raise StoreError(f"{self.label!r} is not a zoo results database (its {table} table has no "
+                                     f"{', '.join(missing)} column); it was left as it is")
         except sqlite3.DatabaseError as exc:
             raise self._failure(exc) from None
         finally:
@@ -206,9 +220,9 @@ class Store:
         self._checked = True
 
     def _failure(self, exc: BaseException) -> StoreError:
-        if _is_disk_full(exc) and self._uri is None:
-            return StoreError(f"{disk_full(self.path.parent)} while writing {self.label!r}: the jobs finished "
-                              "before it are kept")
+        if self._uri is None and (_is_disk_full(exc) or _nearly_full(self.path.parent)):
+            return StoreError(f"{disk_full(self.path.parent)} while using {self.label!r}; what it held before "
+                              "is kept")
         return StoreError(f"{self.label!r} is not a usable zoo results database ({exc})")
 
     @contextmanager
@@ -246,15 +260,17 @@ class Store:
 
     def record_job(self, run_id: str, variant: str, suite: str, status: str, seconds: float,
                    provenance: dict, rows: Iterable[dict]) -> None:
-        """All of a job's rows and its completion marker, in one transaction."""
+        """All of a job's rows and its completion marker, in one transaction; every row as the export can read
+        it back (:func:`~zoo.export.storable`: one a plugin got wrong is stored as an error row saying why)."""
+        kept = storable(rows)
         with self._db() as db:
             db.execute("DELETE FROM results WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
             db.execute("DELETE FROM jobs WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
             db.executemany(
                 f"INSERT INTO results (run_id, {_COLUMN_LIST}) VALUES (?, {', '.join('?' * len(RESULT_COLUMNS))})",
-                [(run_id, variant, suite, *(_column(name, r.get(name)) for name in RESULT_FIELDS)) for r in rows],
+                [(run_id, variant, suite, *(r[name] for name in RESULT_FIELDS)) for r in kept],
             )
-            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO jobs (run_id, variant, suite, status, seconds, provenance) VALUES (?, ?, ?, ?, ?, ?)",
                        (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True)))
 
     def finished_jobs(self, run_id: str, without_errors: bool = False) -> set[tuple[str, str]]:
@@ -334,16 +350,13 @@ class Store:
                         getattr(runs[record["run_id"]], table).append(record)
         return runs
 
-    def add(self, runs: Iterable[RunRecords], replacing: Iterable[str] = (), exported: dict[str, str] | None = None,
-            only_new: bool = False) -> list[str]:
-        """Write ``runs`` in one transaction, first removing the runs ``replacing`` names, and record ``exported``
-        digests; ``only_new``: skip runs the store already holds, decided inside the transaction (two processes
-        adding the same runs at once add them once). Returns the ids written."""
+    def add(self, runs: Iterable[RunRecords], exported: dict[str, str] | None = None, only_new: bool = False) -> list[str]:
+        """Write ``runs`` in one transaction and record ``exported`` digests; ``only_new``: skip runs the store
+        already holds, decided inside the transaction (two processes adding the same runs at once add them
+        once). Returns the ids written."""
         runs = list(runs)
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            for run_id in replacing:
-                _delete_run(db, run_id)
             present = {row[0] for row in db.execute("SELECT run_id FROM runs")}
             written = []
             for run in runs:
@@ -407,23 +420,3 @@ _COLUMN_LIST = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
 
 def _columns(db: sqlite3.Connection) -> set[str]:
     return {row[1] for row in db.execute("PRAGMA table_info(results)")}
-
-
-def _column(name: str, value):
-    """A result field as stored: numbers as REAL, samples as JSON text, text never NULL."""
-    if name == "value":
-        return _number(value)
-    if name == "samples":
-        return json.dumps(value) if value else None
-    if name == "n":
-        return None if value is None else int(value)
-    return "" if value is None else str(value)
-
-
-def _number(value) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
