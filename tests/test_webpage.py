@@ -151,8 +151,8 @@ def test_plugin_text_that_opens_comments_and_scripts_leaves_every_row_and_varian
         assert sorted(ranked) == ["plain", "projected"]
         assert page.inner_text("#visible-count") == "2 ranked variant(s) shown"
         for variant, shown in pages.items():  # from its ranked row's link, or from the list of unranked ones
-            page.locator(f"a[href='#variant-{variant}']").first.click()
-            assert page.inner_text("#variant-title") == variant
+            page.locator(f"a[href='#variant-{variant}']").first.click()  # the panel follows on hashchange: wait for it
+            page.wait_for_function("name => document.getElementById('variant-title')?.textContent === name", arg=variant)
             assert page.text_content("#variant-panel p") == shown["summary"]  # the first paragraph, verbatim
             checks = page.eval_on_selector_all("#variant-panel td", "cells => cells.map(c => c.textContent)")
             assert shown["setting"] in checks and shown["detail"] in checks
