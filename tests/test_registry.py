@@ -15,7 +15,7 @@ from conftest import BUILTINS, good_plugin
 def test_builtins_and_core_suites_load_without_failures(registry):
     assert set(registry.list_variants()) == set(BUILTINS)
     assert registry.failures == []
-    assert {"correctness", "complexity", "speed"} <= set(registry.suites())
+    assert {"correctness", "complexity", "speed"} <= set(registry.suite_names())
     origins = {registry.variant(n).origin.kind for n in BUILTINS}
     assert origins == {"builtin"}
 
@@ -132,7 +132,7 @@ def test_block_and_only_controls(write_plugin, monkeypatch):
     monkeypatch.setenv("ZOO_PLUGINS", "mine")
     registry = load_registry([directory])
     assert registry.list_variants() == ["my-variant"]
-    assert "correctness" in registry.suites()  # the harness's own suites are not plugins one opts into
+    assert "correctness" in registry.suite_names()  # the harness's own suites are not plugins one opts into
 
 
 @pytest.fixture

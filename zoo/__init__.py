@@ -6,6 +6,7 @@ Importing ``zoo`` is cheap (no torch); the API functions load torch and the plug
 from .checks import Check, Result, requires
 from .contract import Complexity, Origin, Tags, Target, Variant, ZooError
 from .hookspecs import hookimpl
+from .suite import Measure, RankFigure, Section, Suite, Table
 
 __version__ = "0.1.0"
 
@@ -14,8 +15,8 @@ _LAZY = {
     "load_registry": "registry", "Registry": "registry", "run": "harness",
 }
 
-__all__ = ["Check", "Complexity", "Origin", "Result", "Tags", "Target", "Variant", "ZooError", "hookimpl",
-           "requires", *_LAZY]
+__all__ = ["Check", "Complexity", "Measure", "Origin", "RankFigure", "Result", "Section", "Suite", "Table", "Tags",
+           "Target", "Variant", "ZooError", "hookimpl", "requires", *_LAZY]
 
 
 def __getattr__(name: str):

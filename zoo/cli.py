@@ -81,7 +81,7 @@ def cmd_plugins(args) -> int:
     for name, record in registry.plugins.items():
         o = record.origin
         source = f"{o.distribution} {o.version}" if o.distribution else o.location
-        provides = ", ".join(record.variants + record.checks) or "nothing"
+        provides = ", ".join([f"suite {name}" for name in record.suites] + record.variants + record.checks) or "nothing"
         print(f"{name:<16} {o.kind:<10} {source}\n{'':<16} provides: {provides}")
     for failure in registry.failures:
         print(f"FAILED {failure.plugin} ({failure.origin}): {failure.error}")

@@ -22,7 +22,6 @@ import pandas as pd
 
 from .contract import OptionError
 
-BUILTIN_SUITES = ("correctness", "complexity", "speed", "quality")  # profiles choose among these
 MAX_LENGTH = 2 ** 20  # the plan counts real calls at the two smallest lengths: keep those allocatable
 MIN_MEMORY_GIB = 1.0  # below this a worker cannot start torch (its BLAS fails to allocate at 0.5 GiB)
 
@@ -228,10 +227,12 @@ def _profile(name: str, *, device: str = "cpu", dtype=None, threads=None, d_mode
 
 
 def _suites(registry, suites, profile) -> list[str]:
-    chosen = list(suites or [s for s in registry.suites() if s in profile.default_suites or s not in BUILTIN_SUITES])
-    unknown = [s for s in chosen if s not in registry.suites()]
+    """The suites asked for, else those that run in the profile (each suite says in which)."""
+    known = registry.suite_names()
+    chosen = list(suites or [name for name in known if registry.suite(name).runs_in(profile.name)])
+    unknown = [s for s in chosen if s not in known]
     if unknown:
-        raise OptionError(f"--suite: unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(registry.suites())})")
+        raise OptionError(f"--suite: unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
     return chosen
 
 

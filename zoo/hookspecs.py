@@ -24,6 +24,19 @@ def zoo_register_variants(register):
 
 
 @hookspec
+def zoo_register_suites(register):
+    """Register suites: what a suite is for and how the board shows it.
+
+    Call ``register(suite)`` once per :class:`zoo.Suite`: its name and one-line purpose, the kinds of rows its
+    checks yield (:class:`zoo.Measure`), which statuses of its rows keep a variant out of the ranking, whether
+    ranking needs it, the profiles it runs in by default, and its board section, its columns in the ranked
+    tables and (for the one suite that ranks) the ranking figure, each a function of the board's rows. The
+    host refuses a name another plugin registered, naming both origins. The checks themselves come through
+    ``zoo_register_checks``. Return nothing.
+    """
+
+
+@hookspec
 def zoo_register_checks(register):
     """Register checks and measures that suites run on every variant they apply to.
 

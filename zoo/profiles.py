@@ -50,7 +50,6 @@ class Profile:
     quality_recall_steps: int = 600  # the recall-versus-pairs sweep: harder settings need longer training
     quality_seeds: int = 2
     quality_task_max_gflop: float | None = 5000.0  # None: no cap
-    default_suites: tuple[str, ...] = ("correctness", "complexity", "speed")
     # a variant's worker is stopped after this long (--timeout overrides)
     variant_timeout_seconds: float = 900.0
     # variant option defaults for this run (--option KEY=VALUE), applied to variants that have the option
@@ -87,7 +86,6 @@ PROFILES = {
         quality_recall_steps=1500,  # long enough for softmax attention to learn the 32-pair setting here
         quality_seeds=3,
         quality_task_max_gflop=20000.0,
-        default_suites=("correctness", "complexity", "speed", "quality"),
         variant_timeout_seconds=4 * 3600.0,
     ),
 }

@@ -9,9 +9,10 @@ Load order (each step registers plugins through the same :meth:`Registry.add_plu
 3. ``.py`` files from plugin directories (``--plugins-dir DIR`` and ``ZOO_PLUGINS_DIR``, a
    ``os.pathsep``-separated list), in sorted order.
 
-``ZOO_PLUGINS=a,b`` loads only the named plugins (of steps 1-3); ``ZOO_BLOCK_PLUGINS=a,b`` blocks
-the named ones (any step), except the essential ``correctness`` suite. A plugin that fails to import, registers something invalid, or defines a
-``zoo_*`` function that matches no hook is recorded as a failure; the others still load.
+``ZOO_PLUGINS=a,b`` loads only the named plugins (of steps 1-3); ``ZOO_BLOCK_PLUGINS=a,b`` blocks the
+named ones of steps 1-3 (the zoo's own suites are part of the harness: ``--suite`` chooses among them). A
+plugin that fails to import, registers something invalid, or defines a ``zoo_*`` function that matches no hook
+is recorded as a failure; the others still load.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import pluggy
 
 from . import hookspecs
 from .checks import Check
+from .suite import Suite, implicit_suite
 from .contract import SOFTMAX, Origin, RegistrationError, UnknownVariantError, Variant, ZooError
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -42,8 +44,6 @@ ENV_BLOCK = "ZOO_BLOCK_PLUGINS"
 ENV_NO_AUTOLOAD = "ZOO_DISABLE_PLUGIN_AUTOLOAD"
 ENV_PLUGINS_DIR = "ZOO_PLUGINS_DIR"
 CORE_PACKAGES = ("zoo.suites",)
-ESSENTIAL_PLUGINS = ("correctness",)
-"""Core plugins that cannot be blocked: the leaderboard ranks only what the correctness suite checked."""
 BUILTIN_PACKAGE = "zoo_builtins"
 
 
@@ -66,6 +66,7 @@ class PluginRecord:
     origin: Origin
     variants: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
+    suites: list[str] = field(default_factory=list)
 
 
 class _PluginManager(pluggy.PluginManager):
@@ -91,28 +92,24 @@ def source_hash(path: str | None) -> str:
 
 
 class Registry:
-    """Variants and checks with where each came from; build one with :func:`load_registry`."""
+    """Variants, suites and checks with where each came from; build one with :func:`load_registry`."""
 
     def __init__(self) -> None:
         self.pm = _PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.variants: dict[str, Variant] = {}
+        self.suites: dict[str, Suite] = {}
         self.checks: list[Check] = []
         self.plugins: dict[str, PluginRecord] = {}
         self.failures: list[PluginFailure] = []
         self.only = set(_split_env(ENV_ONLY))
-        for name in _split_env(ENV_BLOCK):
-            if name in ESSENTIAL_PLUGINS:
-                self.failures.append(PluginFailure(name, "core", f"{ENV_BLOCK}: the {name} suite is essential and "
-                                                   "cannot be blocked (the leaderboard ranks only checked variants)"))
-                continue
-            self.pm.set_blocked(name)
+        self.blocked = set(_split_env(ENV_BLOCK))
 
     # -- loading -------------------------------------------------------------------------------
 
     def add_plugin(self, plugin: Any, origin: Origin) -> bool:
         """Register one plugin object or module and collect what its hooks register."""
-        if self.pm.is_blocked(origin.plugin):
+        if self._filtered(origin):
             return False
         if origin.plugin in self.plugins:
             other = self.plugins[origin.plugin].origin
@@ -149,6 +146,16 @@ class Registry:
             self.variants[variant.name] = dataclasses.replace(variant, origin=origin)
             record.variants.append(variant.name)
 
+        def register_suite(suite: Suite) -> None:
+            if not isinstance(suite, Suite):
+                raise RegistrationError(f"register() takes a zoo.Suite, got {type(suite).__name__}")
+            suite.validate()
+            if suite.name in self.suites:
+                raise RegistrationError(f"suite {suite.name!r} is already registered by "
+                                        f"{self.suites[suite.name].origin.label()}; this second registration was refused")
+            self.suites[suite.name] = dataclasses.replace(suite, origin=origin)
+            record.suites.append(suite.name)
+
         def register_check(check: Check) -> None:
             if not isinstance(check, Check):
                 raise RegistrationError(f"register() takes a zoo.Check, got {type(check).__name__}")
@@ -160,6 +167,7 @@ class Registry:
 
         for hook_name, callback in (
             ("zoo_register_variants", register_variant),
+            ("zoo_register_suites", register_suite),
             ("zoo_register_checks", register_check),
         ):
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
@@ -210,8 +218,13 @@ class Registry:
         for package_name in CORE_PACKAGES:
             package = importlib.import_module(package_name)
             for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-                if not info.name.startswith("_"):
-                    self.load_module(f"{package_name}.{info.name}", "core")
+                if info.name.startswith("_"):
+                    continue
+                if info.name in self.blocked:
+                    self.failures.append(PluginFailure(info.name, "core", f"{ENV_BLOCK}: {info.name!r} is one of the "
+                                                       "zoo's own suites, part of the harness, and was not blocked "
+                                                       "(choose suites with --suite)"))
+                self.load_module(f"{package_name}.{info.name}", "core")
 
     def load_builtins(self) -> None:
         package = importlib.import_module(BUILTIN_PACKAGE)
@@ -267,9 +280,10 @@ class Registry:
         self.add_plugin(module, origin)
 
     def _filtered(self, origin: Origin) -> bool:
-        if self.pm.is_blocked(origin.plugin):
-            return True
-        return origin.kind != "core" and bool(self.only) and origin.plugin not in self.only
+        """Left out by ZOO_PLUGINS or ZOO_BLOCK_PLUGINS (never a core suite: ``--suite`` chooses among those)."""
+        if origin.kind == "core":
+            return False
+        return origin.plugin in self.blocked or (bool(self.only) and origin.plugin not in self.only)
 
     # -- lookup --------------------------------------------------------------------------------
 
@@ -294,8 +308,14 @@ class Registry:
     def checks_for(self, suite: str | None = None) -> list[Check]:
         return [c for c in self.checks if suite is None or c.suite == suite]
 
-    def suites(self) -> list[str]:
-        return list(dict.fromkeys(c.suite for c in self.checks))
+    def suite(self, name: str) -> Suite:
+        """A registered suite, or the implicit one of checks that name a suite no plugin describes."""
+        return self.suites.get(name) or implicit_suite(name)
+
+    def suite_names(self) -> list[str]:
+        """The suites that have checks, in board order (:attr:`Suite.order`, then registration)."""
+        named = dict.fromkeys(c.suite for c in self.checks)
+        return sorted(named, key=lambda name: self.suite(name).order)
 
 
 class _RecordingRegister:

@@ -147,6 +147,25 @@ def _formula_rows(variant, profile, table):
                      "" if ok else f"counted {counted:.4g} FLOPs, formula says {expected:.4g}", n=n, mode="full", phase="fwd")
 
 
+SUITE_DEFINITION = zoo.Suite(
+    SUITE, "how FLOPs and peak memory grow with the sequence length, against the variant's claim", measures=(
+        zoo.Measure("flops", "FLOPs of one call (FlopCounterMode, fused attention kernels included)", "FLOP"),
+        zoo.Measure("memory", "peak live tensor bytes of one call", "bytes"),
+        zoo.Measure("flops-exponent", "FLOPs' fitted exponent in n, judged against the claimed time exponent", "exponent"),
+        zoo.Measure("memory-exponent", "peak memory's fitted exponent in n, judged against the claim", "exponent"),
+        zoo.Measure("crossover-flops", "the length from which the variant costs fewer FLOPs than torch SDPA", "n"),
+        zoo.Measure("memory-vs-baseline", "peak memory of the variant / a baseline's (memory-vs-<baseline>)", "ratio"),
+        zoo.Measure("flops-formula", "the plugin's analytic FLOP formula against the counted FLOPs", "rel. deviation"),
+        zoo.Measure("cuda-allocator-peak", "the CUDA caching allocator's peak during one call (GPU runs)", "bytes"),
+        zoo.Measure("plan", "a length the measurement plan left out, and why")),
+    order=20)
+
+
+@zoo.hookimpl
+def zoo_register_suites(register):
+    register(SUITE_DEFINITION)
+
+
 @zoo.hookimpl
 def zoo_register_checks(register):
     register(Check("complexity", SUITE, "FLOP and peak-memory growth with n vs the claimed exponents; crossover with SDPA",

@@ -16,7 +16,7 @@ from torch.func import functional_call
 import zoo
 from zoo import approximation
 from zoo.cases import Case, cases_for, relative_error
-from zoo.checks import FAILED, PASSED, SKIPPED, Check, Result, requires
+from zoo.checks import ERROR, FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
 
 SUITE = "correctness"
@@ -372,6 +372,17 @@ CHECKS = [
     Check("approximation", SUITE, "an approximation beats the trivial answer (each query's mean of the values) "
           "against the function it approximates, on easy structured inputs", check_approximation),
 ]
+
+
+SUITE_DEFINITION = zoo.Suite(
+    SUITE, "each variant against its float64 reference and its baselines, and the properties any attention with its "
+    "capabilities must keep", measures=tuple(zoo.Measure(c.name, c.summary) for c in CHECKS),
+    blocking=(FAILED, ERROR), required=True, order=10)
+
+
+@zoo.hookimpl
+def zoo_register_suites(register):
+    register(SUITE_DEFINITION)
 
 
 @zoo.hookimpl

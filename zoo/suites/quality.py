@@ -125,6 +125,23 @@ def run_quality(variant, profile):
                          f"{task.summary}; {hp['steps']} steps, mean over {len(scores)} seeds", n=task.pairs)
 
 
+SUITE_DEFINITION = zoo.Suite(
+    SUITE, "what a variant can learn: accuracy on synthetic tasks after the same training budget", measures=(
+        zoo.Measure("accuracy", "mean accuracy on fresh examples over seeds, per task", "fraction"),
+        zoo.Measure("accuracy-seed", "accuracy of one seed", "fraction"),
+        zoo.Measure("accuracy-std", "standard deviation of the accuracy over seeds", "fraction"),
+        zoo.Measure("chance", "the accuracy of guessing, per task", "fraction"),
+        zoo.Measure("train-seconds", "training time per task, mean over seeds", "s"),
+        zoo.Measure("recall-vs-pairs", "associative recall accuracy at a number of key-value pairs", "fraction"),
+        zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant")),
+    profiles=("full",), carried=True, order=40)
+
+
+@zoo.hookimpl
+def zoo_register_suites(register):
+    register(SUITE_DEFINITION)
+
+
 @zoo.hookimpl
 def zoo_register_checks(register):
     register(Check("quality", SUITE, "accuracy on synthetic tasks (associative recall at 8-32 pairs, long/local copy, shapes)",

@@ -285,6 +285,38 @@ def _error_sweeps(variant, profile):
                          f"{option}={value!r}: the input family it approximates worst: {worst.label}", **tag)
 
 
+SUITE_DEFINITION = zoo.Suite(
+    SUITE, "time per call against the op each kind is ranked against (torch SDPA, nn.MultiheadAttention) and the "
+    "variant's own baselines, floors and peers, on the same shapes in one process", measures=(
+        zoo.Measure("time", "median seconds per call over interleaved rounds", "s"),
+        zoo.Measure("time-iqr", "interquartile range of the time over rounds", "s"),
+        zoo.Measure("time-spread", "the cell's largest IQR/median over its callables: its noise", "IQR/median"),
+        zoo.Measure("x-callable", "time / another callable's time, median of per-round ratios (x-<callable>)", "ratio"),
+        zoo.Measure("callable-time", "another callable's median time in the same cell (<callable>-time)", "s"),
+        zoo.Measure("tokens-per-s", "tokens processed per second", "tokens/s"),
+        zoo.Measure("gflops", "counted FLOPs / time", "GFLOP/s"),
+        zoo.Measure("peak-fraction", "achieved FLOP/s / the measured matmul peak", "fraction"),
+        zoo.Measure("sdpa-backend", "the fused attention kernels a timed call ran"),
+        zoo.Measure("backward-cost", "fwd+bwd time / fwd time", "ratio"),
+        zoo.Measure("time-exponent", "time's fitted exponent in n (timing is noisy: no verdict)", "exponent"),
+        zoo.Measure("matmul-peak", "this device's matmul rate in the run's dtype", "GFLOP/s"),
+        zoo.Measure("allocator", "the allocator settings the worker ran with"),
+        zoo.Measure("approximation-error", "an approximation's normalised error (0 exact, 1 = each query's mean of "
+                    "the values) on structured inputs, at each timed length; -worst: the worst input family",
+                    "normalised error"),
+        zoo.Measure("approximation-error-sweep", "the same at each value of an option the plugin sweeps",
+                    "normalised error"),
+        zoo.Measure("first-call", "a peer's first call, where compilation happens (<peer>-first-call)", "s"),
+        zoo.Measure("agreement", "a peer's output against the variant's (<peer>-agreement)", "relative error"),
+        zoo.Measure("plan", "a length the measurement plan left out, and why (<callable>-plan for another one)")),
+    order=30)
+
+
+@zoo.hookimpl
+def zoo_register_suites(register):
+    register(SUITE_DEFINITION)
+
+
 @zoo.hookimpl
 def zoo_register_checks(register):
     register(Check("speed", SUITE, "median time, IQR, x SDPA and baselines, GFLOP/s and % of matmul peak over n",

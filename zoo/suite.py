@@ -1,0 +1,116 @@
+"""The suite contract: what a suite plugin registers, and all the harness and the board know of it.
+
+A suite is registered through the ``zoo_register_suites`` hook (the built-in suites in ``zoo/suites/`` exactly as
+a third party's) and its checks through ``zoo_register_checks``, each naming the suite. The :class:`Suite` says
+what the suite is for, the kinds of rows its checks yield (:class:`Measure`), which of its outcomes keep a variant
+out of the ranking, whether ranking needs it to have run, in which profiles it runs unless ``--suite`` chooses,
+and how the board shows it: its section (:class:`Section`, drawn from its rows alone), its columns in the ranked
+tables and, for the one suite that ranks, the figure variants are ranked by. Nothing outside a suite's own module
+names the suite or its checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from .checks import ERROR, STATUSES
+from .contract import NAME_PATTERN, RegistrationError
+
+if TYPE_CHECKING:
+    from .board import Board
+    from .contract import Origin
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A kind of row a suite's checks yield: its ``check`` name, what it measures or decides, and its unit."""
+
+    name: str
+    summary: str
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of a board section: column names and rows (dicts of text or numbers), shown in README.md and on
+    the page."""
+
+    title: str
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Section:
+    """A suite's part of the board: a heading, paragraphs, tables and plots (file name -> PNG bytes)."""
+
+    title: str
+    text: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    plots: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RankFigure:
+    """What a variant is ranked by (lower is better): the column it is shown under, its value (None: it has none,
+    and is listed last) and the cell's text (the figure, or why there is none)."""
+
+    column: str
+    value: float | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A suite of checks, as the harness runs it and the board shows it.
+
+    ``blocking``: statuses of the suite's rows that keep a variant out of the ranking (an ``error`` anywhere
+    always does). ``required``: a variant is ranked only when this suite ran on the measured source and passed
+    (the correctness suite). ``profiles``: the profiles it runs in when ``--suite`` is not given (None: every
+    one). ``carried``: when no run the board accumulates has this suite's rows, the latest rows of it from any
+    run are shown, labelled with their run (a suite too slow for the default profile). ``order``: where its
+    section comes on the board (smaller first; the built-ins use 10 to 40). ``section(board)``
+    returns its :class:`Section` (None: a generic table of its rows); ``columns(board, variant)`` its cells in
+    a ranked row; ``rank(board, variant)`` the :class:`RankFigure` of the one suite that ranks.
+    """
+
+    name: str
+    summary: str
+    measures: tuple[Measure, ...] = ()
+    blocking: tuple[str, ...] = (ERROR,)
+    required: bool = False
+    profiles: tuple[str, ...] | None = None
+    carried: bool = False
+    section: Callable[["Board"], Section | None] | None = None
+    columns: Callable[["Board", str], dict[str, Any]] | None = None
+    rank: Callable[["Board", str], RankFigure] | None = None
+    order: int = 100
+    origin: "Origin | None" = None
+
+    def validate(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise RegistrationError(f"suite name {self.name!r} does not match {NAME_PATTERN.pattern}")
+        if not isinstance(self.summary, str) or not self.summary.strip():
+            raise RegistrationError(f"suite {self.name!r}: summary must be a non-empty string")
+        unknown = [s for s in self.blocking if s not in STATUSES]
+        if unknown:
+            raise RegistrationError(f"suite {self.name!r}: blocking statuses {unknown} are not among {STATUSES}")
+        for attr in ("section", "columns", "rank"):
+            if getattr(self, attr) is not None and not callable(getattr(self, attr)):
+                raise RegistrationError(f"suite {self.name!r}: {attr} must be callable")
+        if not all(isinstance(m, Measure) for m in self.measures):
+            raise RegistrationError(f"suite {self.name!r}: measures must be zoo.Measure objects")
+
+    def runs_in(self, profile: str) -> bool:
+        """Whether the suite runs in ``profile`` when ``--suite`` does not choose."""
+        return self.profiles is None or profile in self.profiles
+
+    def blocks(self, status: str) -> bool:
+        return status == ERROR or status in self.blocking
+
+
+def implicit_suite(name: str) -> Suite:
+    """The suite of checks that name a suite no plugin registered (checks registered before suites were)."""
+    return Suite(name, f"checks registered for {name!r} (no zoo.Suite describes it)")
