@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import good_plugin, run_zoo
-from zoo.leaderboard import gate, render
+from zoo.leaderboard import render
+from zoo.ranking import gate
 from zoo.store import Store
 
 LEAKY = good_plugin("leaky").replace(

@@ -4,7 +4,9 @@ import re
 
 import pandas as pd
 
-from zoo.leaderboard import cell, gate
+from zoo.board import cell
+from zoo.leaderboard import registered_suites
+from zoo.ranking import gate
 
 
 def test_cell_escapes_pipes_newlines_backticks_and_html():
@@ -18,7 +20,7 @@ def test_cell_escapes_pipes_newlines_backticks_and_html():
 def test_table_headers_from_plugin_text_are_escaped_and_page_data_with_nan_still_parses():
     import json
 
-    from zoo.leaderboard import _table
+    from zoo.board import markdown_table as _table
     from zoo.webpage import script_json
 
     assert "&#124;" in _table(pd.DataFrame([{"task|<b>": 1.0}])).splitlines()[0]
@@ -34,7 +36,7 @@ def test_gate_ranks_only_checked_variants_and_lists_correctness_failures_and_err
         {"variant": "crashy", "suite": "speed", "check": "worker", "status": "error", "detail": "crashed", "setting": ""},
         {"variant": "unchecked", "suite": "speed", "check": "time", "status": "measured", "detail": "", "setting": ""},
     ])
-    standings = gate(rows)
+    standings = gate(rows, registered_suites())
     assert standings["good"].ranked and standings["good"].reasons == []
     assert standings["bad"].reasons == ["correctness/causal-leak: leak [s]"] and not standings["bad"].ranked
     assert standings["crashy"].reasons == ["speed/worker: crashed"] and not standings["crashy"].ranked
@@ -80,7 +82,7 @@ def test_line_end_labels_never_overlap_and_every_line_looks_different():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zoo.leaderboard import _label_line_ends, _line_style
+    from zoo.plots import label_line_ends as _label_line_ends, line_style as _line_style
 
     fig, ax = plt.subplots()
     ax.set_yscale("log")
@@ -106,7 +108,9 @@ def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_
         {**target, "check": "peak-fraction", "at_most": None, "at_least": 0.4, "n": None},
         {**target, "check": "x-torch-sdpa", "at_most": 0.0667},  # recorded before at_least existed
         {**target, "check": "backward-cost", "at_most": 3}]}}}
-    rows = _target_rows(results, cards, ["v"])
+    from zoo.board import Board
+
+    rows = _target_rows(Board("r", {}, {}, results, pd.DataFrame(), cards, {}))
     assert [(r["goal"], r["verdict"]) for r in rows] == [
         ("at least 0.4", "met"), ("at least 0.6", "not met"), ("at least 0.4", "not met"),
         ("at most 0.0667", "met"),

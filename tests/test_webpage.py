@@ -77,10 +77,15 @@ def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path)
         page.select_option("#approximation-filter", "exact")
         assert visible("core") == ["dot-product"] and visible("layer") == ["multi-head"]
 
+        headings = page.eval_on_selector_all("#sections h2", "hs => hs.map(h => h.textContent)")
+        assert headings[:3] == ["Correctness", "Complexity", "Speed"]  # every suite's section, as README.md has it
+        assert page.eval_on_selector_all("#sections table", "ts => ts.length") >= 4
+
         page.click("#table-layer a.variant-link")
         assert page.inner_text("#variant-title") == "multi-head"
         panel = page.inner_text("#variant-panel")
         assert "Vaswani" in panel and "gradcheck" in panel and "passed" in panel
+        assert "Claims and measurements" in panel and "FLOP exponent (full fwd)" in panel  # the complexity suite's
         page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
         for typed in ("#variant-constructor", "#variant-%E0%A4%A", "#variant-no-such-variant"):  # a reader's typing
             page.evaluate("hash => { location.hash = hash; }", typed)
@@ -89,15 +94,20 @@ def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path)
     assert errors == []
 
 
-def test_the_long_sequence_plot_is_on_the_same_page_when_its_board_is_published_beside(smoke_run, page_path):
+def test_the_plots_of_a_board_published_in_a_subfolder_are_on_the_same_page(smoke_run, page_path):
     store, run_id = smoke_run
     out = page_path.parent
     (out / "long-sequences").mkdir()
     shutil.copy(out / "time.png", out / "long-sequences" / "time.png")
+    (out / "elsewhere").mkdir()  # a folder that holds no board
+    shutil.copy(out / "time.png", out / "elsewhere" / "time.png")
+    render(store, run_id, out)
+    assert "time (from long-sequences/" not in (out / "index.html").read_text()  # a board folder has its runs.jsonl
+    (out / "long-sequences" / "runs.jsonl").write_text("")
     render(store, run_id, out)
     text = (out / "index.html").read_text()
     assert text.count('src="data:image/png;base64,') == len(list(out.glob("*.png"))) + 1
-    assert "time up to long sequences (from long-sequences/" in text
+    assert "time (from long-sequences/, a board of its own run: long-sequences/index.html)" in text
 
 
 PLUGIN_TEXT_FIELDS = ("summary", "citation", "family", "option", "target note", "setting", "detail", "unit",
@@ -232,7 +242,7 @@ def assert_page_shows(page: str, data: dict, captions: list[str]) -> None:
     assert [e.attributes["id"] for e in elements if "id" in e.attributes] == [
         "family-filter", "capability-filter", "approximation-filter", "visible-count",
         *[f"table-{group['kind']}" for group in data["groups"]], *(["unranked"] if unranked else []),
-        "variant-panel", "board-data"]
+        "variant-panel", "sections", "board-data"]
     assert data["run"] in texts["p"][0] and texts["p"][1] == data["intro"].replace("*", "")
     assert texts["h3"] == [group["title"] for group in data["groups"]] + (["Not ranked"] if unranked else [])
     assert texts["li"] == data["notes"] + [f"{u['variant']}: {u['why']}" for u in unranked]
@@ -271,6 +281,7 @@ def test_any_plugin_text_reaches_the_page_and_readme_as_text(text):
                        max_size=2),
     "notes": st.lists(plugin_texts, max_size=3), "capabilities": st.lists(plugin_texts, max_size=3),
     "unranked": st.lists(st.fixed_dictionaries({"variant": plugin_texts, "why": plugin_texts}), max_size=2),
+    "sections": st.lists(json_values, max_size=2),
     "variants": st.dictionaries(plugin_texts, json_values, max_size=3)}), captions=st.lists(plugin_texts, max_size=2))
 def test_every_text_the_page_writes_stays_in_its_html_context(data, captions):
     page = webpage.page(data, [(b"\x89PNG not drawn", caption) for caption in captions])

@@ -6,7 +6,7 @@ Importing ``zoo`` is cheap (no torch); the API functions load torch and the plug
 from .checks import Check, Result, requires
 from .contract import Complexity, Origin, Tags, Target, Variant, ZooError
 from .hookspecs import hookimpl
-from .suite import Measure, RankFigure, Section, Suite, Table
+from .suite import Measure, RankFigure, Ranking, Section, Suite, Table
 
 __version__ = "0.1.0"
 
@@ -15,7 +15,7 @@ _LAZY = {
     "load_registry": "registry", "Registry": "registry", "run": "harness",
 }
 
-__all__ = ["Check", "Complexity", "Measure", "Origin", "RankFigure", "Result", "Section", "Suite", "Table", "Tags",
+__all__ = ["Check", "Complexity", "Measure", "Origin", "RankFigure", "Ranking", "Result", "Section", "Suite", "Table", "Tags",
            "Target", "Variant", "ZooError", "hookimpl", "requires", *_LAZY]
 
 

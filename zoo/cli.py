@@ -120,7 +120,7 @@ def cmd_run(args) -> int:
         resume=args.resume, retry_errors=args.retry_errors, plugins_dirs=args.plugins_dir, strict=args.strict,
         warn=lambda message: print(f"zoo: warning: {message}", file=sys.stderr),
         command=" ".join(["zoo", *sys.argv[1:]]), progress=_progress_printer(sys.stderr))
-    _summary(results)
+    _summary(results, results.attrs["suites"])
     print(f"zoo: leaderboard written to {results.attrs['leaderboard']}", file=sys.stderr)
     return 0
 
@@ -169,41 +169,29 @@ def _progress_printer(stream):
     return show
 
 
-def _summary(results) -> None:
-    """One screen: per variant, the ranking gate, the complexity claims and the ranking ratio."""
-    from .checks import FAILED, PASSED
-    from .leaderboard import RANK_MODE, RANK_PHASE, _standing_text, _value, gate, kind_of, rank_check
+def _summary(results, suites) -> None:
+    """One screen: per variant, its kind, the ranking gate and its ranking figure."""
+    from tabulate import tabulate
+
+    from .leaderboard import summary_rows
     from .store import Store
 
-    store = Store(results.attrs["store"], readonly=True)
-    run_id = results.attrs["run_id"]
-    n_ref = store.settings(run_id).get("reference_length")
-    standings = gate(results)
-    kinds = {r.variant: kind_of(r.provenance.get("card", {})) for r in store.jobs(run_id).itertuples()}
-    print(f"\n{'variant':<15} {'kind':<6} {'ranking gate':<20} {'FLOP/memory claims':<20} fwd+bwd time ratio at n={n_ref}")
-    for variant in sorted(results.variant.unique()):
-        mine = results[results.variant == variant]
-        verdicts = mine[mine.check.isin(["flops-exponent", "memory-exponent"])].status
-        claims = "violated" if (verdicts == FAILED).any() else ("hold" if (verdicts == PASSED).any() else "-")
-        kind = kinds.get(variant, "core")
-        check = rank_check(kind)
-        ratio = _value(results, variant, check, RANK_MODE, RANK_PHASE, n_ref)
-        gate_text = _standing_text(standings[variant]) or "passed"
-        shown = f"{ratio:.3g}x {check[2:]}" if ratio is not None else "not timed there"
-        print(f"{variant:<15} {kind:<6} {gate_text:<20} {claims:<20} {shown}")
+    rows = summary_rows(Store(results.attrs["store"], readonly=True), results.attrs["run_id"], suites)
+    print("\n" + tabulate(rows, headers="keys", tablefmt="plain"))
 
 
 def cmd_leaderboard(args) -> int:
     from .leaderboard import render
 
     store, path = _read_only_store(args.out)
+    suites = _registry(args).suites
     if args.by == "device":
-        return _leaderboard_by_device(store, Path(args.out))
+        return _leaderboard_by_device(store, Path(args.out), suites)
     if args.run:
         run_id = _resolve_run(store, args.run, path, "--run: ")
     elif (run_id := store.latest_run()) is None:
         raise OptionError(f"--out: no run in {str(path)!r}")
-    written = render(store, run_id, Path(args.out))
+    written = render(store, run_id, Path(args.out), suites=suites)
     print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
     return 0
 
@@ -240,10 +228,10 @@ def _resolve_run(store, given: str, path: Path, label: str = "") -> str:
     return matches[0]
 
 
-def _leaderboard_by_device(store, out: Path) -> int:
+def _leaderboard_by_device(store, out: Path, suites) -> int:
     from .leaderboard import render_by_device
 
-    index, kinds = render_by_device(store, out / "by-device")
+    index, kinds = render_by_device(store, out / "by-device", suites)
     print(f"zoo: {kinds} device leaderboards and their comparison written under {index.parent}", file=sys.stderr)
     return 0
 

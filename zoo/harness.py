@@ -117,9 +117,9 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
         raise
     store.finish_run(run_id, now())
     # report: the board and the export of every kept run, as a whole
-    written = render(store, run_id, folder.path, keep_runs=True)
+    written = render(store, run_id, folder.path, keep_runs=True, suites=registry.suites)
     results = store.results(run_id)
-    results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]))
+    results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]), suites=registry.suites)
     return results
 
 

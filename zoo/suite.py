@@ -33,13 +33,15 @@ class Measure:
 
 @dataclass(frozen=True)
 class Table:
-    """A table of a board section: column names and rows (dicts of text or numbers), shown in README.md and on
-    the page."""
+    """A table of a board section, shown in README.md and on the page: a title (none: the section's first),
+    ``note`` (paragraphs before it), its rows (dicts of text or numbers; ``columns``: their order, else the
+    rows') and ``footnotes`` (numbered reasons for its empty cells, after it)."""
 
     title: str
     columns: list[str]
     rows: list[dict[str, Any]]
-    note: str = ""
+    note: list[str] = field(default_factory=list)
+    footnotes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,25 @@ class Section:
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     plots: dict[str, bytes] = field(default_factory=dict)
+
+
+def generic_section(suite: "Suite", board: "Board") -> Section:
+    """A suite that draws no section of its own: its measurements and its verdicts, from its rows alone."""
+    from .checks import MEASURED
+
+    rows = board.rows(suite.name)
+    if rows.empty:
+        return Section(suite.name.capitalize(), [f"_Not on this board: `zoo run-all --suite {suite.name}` runs it "
+                                                 f"({suite.summary.rstrip('.')})._"])
+    measured = rows[rows.status == MEASURED]
+    verdicts = rows[rows.status != MEASURED]
+    counts = [{"variant": variant, **{status: int((group.status == status).sum()) for status in STATUSES
+                                      if status != MEASURED and (verdicts.status == status).any()}}
+              for variant, group in verdicts.groupby("variant")]
+    values = [{"variant": r.variant, "check": r.check, "setting": r.setting, "value": r.value, "unit": r.unit,
+               "detail": r.detail} for r in measured.itertuples()]
+    return Section(suite.name.capitalize(), [f"{suite.summary.rstrip('.')}. From {board.source_text(suite.name)}."],
+                   [table for table in (Table("Verdicts", [], counts), Table("Measurements", [], values)) if table.rows])
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,15 @@ class RankFigure:
 
 
 @dataclass(frozen=True)
+class Ranking:
+    """How the one suite that ranks orders the variants: ``figure(board, variant)`` is the :class:`RankFigure`,
+    ``intro(board)`` the paragraphs that say what the figure compares, under the board's ranking heading."""
+
+    figure: Callable[["Board", str], RankFigure]
+    intro: Callable[["Board"], list[str]]
+
+
+@dataclass(frozen=True)
 class Suite:
     """A suite of checks, as the harness runs it and the board shows it.
 
@@ -73,7 +103,8 @@ class Suite:
     run are shown, labelled with their run (a suite too slow for the default profile). ``order``: where its
     section comes on the board (smaller first; the built-ins use 10 to 40). ``section(board)``
     returns its :class:`Section` (None: a generic table of its rows); ``columns(board, variant)`` its cells in
-    a ranked row; ``rank(board, variant)`` the :class:`RankFigure` of the one suite that ranks.
+    a ranked row; ``details(board, variant)`` tables for the variant's page; ``ranking``: how the one suite
+    that ranks orders the variants (:class:`Ranking`). Each reads the :class:`zoo.board.Board`.
     """
 
     name: str
@@ -85,7 +116,8 @@ class Suite:
     carried: bool = False
     section: Callable[["Board"], Section | None] | None = None
     columns: Callable[["Board", str], dict[str, Any]] | None = None
-    rank: Callable[["Board", str], RankFigure] | None = None
+    details: Callable[["Board", str], list[Table]] | None = None
+    ranking: Ranking | None = None
     order: int = 100
     origin: "Origin | None" = None
 
@@ -97,7 +129,9 @@ class Suite:
         unknown = [s for s in self.blocking if s not in STATUSES]
         if unknown:
             raise RegistrationError(f"suite {self.name!r}: blocking statuses {unknown} are not among {STATUSES}")
-        for attr in ("section", "columns", "rank"):
+        if self.ranking is not None and not isinstance(self.ranking, Ranking):
+            raise RegistrationError(f"suite {self.name!r}: ranking must be a zoo.Ranking")
+        for attr in ("section", "columns", "details"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise RegistrationError(f"suite {self.name!r}: {attr} must be callable")
         if not all(isinstance(m, Measure) for m in self.measures):

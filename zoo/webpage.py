@@ -147,7 +147,7 @@ function showVariant(name) {
   panel.appendChild(text("Kind: " + v.kind + "; family: " + v.family + "; "
     + (v.approximates === null ? "exact for its own function" : "approximates " + v.approximates)));
   section(panel, "Capabilities", table(Object.entries(v.capabilities).map(([k, on]) => ({capability: k, "": on ? "yes" : "no"})), ["capability", ""]));
-  section(panel, "Claims and measurements", table(v.claims, ["measure", "claimed", "measured"]));
+  v.details.forEach(d => section(panel, d.title, table(d.rows, d.columns)));
   const status = s => "status-" + s;
   section(panel, "Checks (" + v.checks.length + " rows)", table(v.checks, ["suite", "check", "setting", "status", "detail"], {status}));
   const verdict = s => "verdict-" + String(s).replace(/ /g, "-");
@@ -165,7 +165,26 @@ function route() {  // any hash a reader types: a variant's page, or nothing
   }
 }
 
+function renderSections() {  // each suite's part of the board, as README.md has it
+  const holder = document.getElementById("sections");
+  data.sections.forEach(s => {
+    const h = document.createElement("h2"); h.textContent = s.title; holder.appendChild(h);
+    s.text.forEach(p => holder.appendChild(text(p)));
+    s.tables.forEach(t => {
+      if (t.title) { const h3 = document.createElement("h3"); h3.textContent = t.title; holder.appendChild(h3); }
+      t.note.forEach(p => holder.appendChild(text(p)));
+      holder.appendChild(t.rows.length ? table(t.rows, t.columns) : text("(none)"));
+      if (t.footnotes.length) {
+        const list = document.createElement("ol");
+        t.footnotes.forEach(f => { const li = document.createElement("li"); li.textContent = f; list.appendChild(li); });
+        holder.appendChild(list);
+      }
+    });
+  });
+}
+
 data.groups.forEach(renderTable);
+renderSections();
 fillSelect("family-filter", [...new Set(Object.values(data.variants).map(v => v.family))].sort());
 fillSelect("capability-filter", data.capabilities);
 document.getElementById("approximation-filter").addEventListener("change", applyFilters);
@@ -238,6 +257,7 @@ def page(data: dict, plots: list[tuple[bytes, str]]) -> str:
 {"<p>Empty cells:</p><ol>" + notes + "</ol>" if notes else ""}
 {"<h3>Not ranked</h3><ul id='unranked'>" + unranked + "</ul>" if unranked else ""}
 <section id="variant-panel" hidden></section>
+<div id="sections"></div>
 <h2>Plots</h2>
 {figures}
 <h2>Environment</h2>

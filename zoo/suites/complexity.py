@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
+from zoo import plots as plots_
+from zoo.board import fmt_exp
+from zoo.contract import COMPARATOR_LABELS
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
 from zoo.plan import plan_lengths, plan_rows
@@ -147,6 +151,90 @@ def _formula_rows(variant, profile, table):
                      "" if ok else f"counted {counted:.4g} FLOPs, formula says {expected:.4g}", n=n, mode="full", phase="fwd")
 
 
+# --- on the board ---------------------------------------------------------------------------------------
+
+
+def claims_verdict(board, variant) -> str:
+    rows = board.results
+    verdicts = rows[(rows.variant == variant) & rows.check.isin(["flops-exponent", "memory-exponent", "flops-formula"])]
+    if (verdicts.status == FAILED).any():
+        return "VIOLATED: " + "; ".join(sorted(set(verdicts[verdicts.status == FAILED].detail)))
+    return "hold" if (verdicts.status == PASSED).any() else "not measured"
+
+
+def columns(board, variant) -> dict:
+    """Beside the rank: whether the claims hold (a wrong FLOP formula is shown here, not blocking: the outputs
+    are not wrong), and the fitted exponents."""
+    return {"complexity claims": claims_verdict(board, variant),
+            "FLOP exp.": fmt_exp(board.value(variant, "flops-exponent", "full", "fwd")),
+            "memory exp.": fmt_exp(board.value(variant, "memory-exponent", "full", "fwd+bwd"))}
+
+
+def details(board, variant) -> list:
+    card = board.card(variant)
+    mine = board.results[board.results.variant == variant]
+    exponent = {(r.check, r.mode, r.phase): r.value for r in mine.itertuples() if r.check.endswith("-exponent")}
+    claims = [{"measure": f"{what} exponent ({mode} {phase})", "claimed": card.get(f"claimed_{key}"),
+               "measured": fmt_exp(exponent.get((f"{check}-exponent", mode, phase)))}
+              for what, key, check in (("FLOP", "time", "flops"), ("memory", "memory", "memory"))
+              for mode in ("full", "causal") for phase in PHASES
+              if (f"{check}-exponent", mode, phase) in exponent]
+    return [zoo.Table("Claims and measurements", ["measure", "claimed", "measured"], claims)] if claims else []
+
+
+def section(board) -> zoo.Section:
+    results, settings, rows = board.results, board.settings, []
+    for variant in board.variants:
+        card = board.card(variant)
+        for mode in ("full", "causal"):
+            flops = results[(results.variant == variant) & (results.check == "flops-exponent") & (results["mode"] == mode)]
+            if flops.empty:
+                continue
+            mem = results[(results.variant == variant) & (results.check == "memory-exponent") & (results["mode"] == mode)]
+            verdicts = pd.concat([flops, mem]).status
+            cross = board.value(variant, "crossover-flops", mode, "fwd")
+            rows.append({
+                "variant": variant, "mode": mode,
+                "claimed time/memory": f"n^{card.get('claimed_time', '?'):g} / n^{card.get('claimed_memory', '?'):g}",
+                "FLOPs fwd": fmt_exp(board.value(variant, "flops-exponent", mode, "fwd")),
+                "FLOPs fwd+bwd": fmt_exp(board.value(variant, "flops-exponent", mode, "fwd+bwd")),
+                "memory fwd": fmt_exp(board.value(variant, "memory-exponent", mode, "fwd")),
+                "memory fwd+bwd": fmt_exp(board.value(variant, "memory-exponent", mode, "fwd+bwd")),
+                "time fwd+bwd": fmt_exp(board.value(variant, "time-exponent", mode, "fwd+bwd")),
+                "verdict": "violated" if (verdicts == FAILED).any() else ("holds" if (verdicts == PASSED).any() else "n/a"),
+                "FLOP crossover with SDPA": "" if cross is None else f"n = {cross:.0f}",
+            })
+    text = ("Exponents fitted on log-log over the three largest lengths measured (FLOPs by FlopCounterMode, "
+            "fused attention kernels included; peak live tensor memory by a dispatch mode). The verdict "
+            "uses FLOPs and memory only (deterministic); the time exponent is from the speed suite. Shapes: batch 1, "
+            f"d_model {settings.get('complexity_d_model')}, {settings.get('complexity_heads')} head(s), "
+            f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.")
+    mine = board.rows(SUITE)
+    plots = [plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == phase)], check, f"{check}.png", label,
+                            f"{SDPA}-{check}", COMPARATOR_LABELS[SDPA])
+             for check, phase, label in (("flops", "fwd", "FLOPs (forward, complexity shapes)"),
+                                         ("memory", "fwd+bwd", "peak live tensor bytes (forward+backward)"))]
+    return zoo.Section("Complexity", [text], [zoo.Table("", [], rows), *_allocator_tables(board)],
+                       dict(plot for plot in plots if plot))
+
+
+def _allocator_tables(board) -> list:
+    """On a GPU: the CUDA caching allocator's peak at the largest length, beside the counted peak."""
+    peaks = board.results[board.results.check == "cuda-allocator-peak"].dropna(subset=["n"])
+    if peaks.empty:
+        return []
+    rows, variants = [], board.variants
+    for (variant, mode, phase), group in peaks.groupby(["variant", "mode", "phase"], sort=False):
+        n = int(group.n.max())
+        rows.append({"variant": variant, "mode": mode, "pass": phase, "n": n,
+                     "CUDA allocator peak (MiB)": (board.value(variant, "cuda-allocator-peak", mode, phase, n) or 0) / 2 ** 20,
+                     "counted peak (MiB)": (board.value(variant, "memory", mode, phase, n) or 0) / 2 ** 20})
+    rows.sort(key=lambda r: (variants.index(r["variant"]) if r["variant"] in variants else len(variants), r["mode"]))
+    return [zoo.Table("GPU memory", [], rows, note=[
+        "The CUDA caching allocator's peak during one call above what was allocated before it, at the largest "
+        "length measured; the counted peak is the dispatch mode's figure the exponents use."])]
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "how FLOPs and peak memory grow with the sequence length, against the variant's claim", measures=(
         zoo.Measure("flops", "FLOPs of one call (FlopCounterMode, fused attention kernels included)", "FLOP"),
@@ -158,7 +246,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("flops-formula", "the plugin's analytic FLOP formula against the counted FLOPs", "rel. deviation"),
         zoo.Measure("cuda-allocator-peak", "the CUDA caching allocator's peak during one call (GPU runs)", "bytes"),
         zoo.Measure("plan", "a length the measurement plan left out, and why")),
-    order=20)
+    section=section, columns=columns, details=details, order=20)
 
 
 @zoo.hookimpl

@@ -16,7 +16,7 @@ from torch.func import functional_call
 import zoo
 from zoo import approximation
 from zoo.cases import Case, cases_for, relative_error
-from zoo.checks import ERROR, FAILED, PASSED, SKIPPED, Check, Result, requires
+from zoo.checks import BAD, ERROR, FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
 
 SUITE = "correctness"
@@ -374,10 +374,34 @@ CHECKS = [
 ]
 
 
+def section(board) -> zoo.Section:
+    """Per variant: how many checks passed, failed, erred or did not apply, and how many cases ran."""
+    rows = []
+    for variant in board.variants:
+        mine = board.rows(SUITE)
+        mine = mine[mine.variant == variant]
+        if mine.empty:
+            continue
+        by_check = mine.groupby("check").status
+        rows.append({
+            "variant": variant,
+            "checks passed": sum(1 for _, s in by_check if (s == PASSED).any() and not s.isin(BAD).any()),
+            "failed": sum(1 for _, s in by_check if (s == FAILED).any()),
+            "errors": sum(1 for _, s in by_check if (s == ERROR).any()),
+            "skipped (capability)": sum(1 for _, s in by_check if (s == SKIPPED).all()),
+            "cases run": int(mine.status.isin([PASSED, FAILED]).sum()),
+        })
+    tolerance = {dtype: f"{value:g}".replace("e-0", "e-") for dtype, value in (("64", FLOAT64_TOLERANCE),
+                                                                             ("32", FLOAT32_TOLERANCE))}
+    return zoo.Section("Correctness", [f"Each check runs on every case its capability tags allow; float64 against "
+                                       f"the reference to {tolerance['64']}, float32 to {tolerance['32']} "
+                                       "(relative)."], [zoo.Table("", [], rows)])
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "each variant against its float64 reference and its baselines, and the properties any attention with its "
     "capabilities must keep", measures=tuple(zoo.Measure(c.name, c.summary) for c in CHECKS),
-    blocking=(FAILED, ERROR), required=True, order=10)
+    blocking=(FAILED, ERROR), required=True, section=section, order=10)
 
 
 @zoo.hookimpl

@@ -12,10 +12,13 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
 import zoo
+from zoo import plots as plots_
+from zoo.board import fmt_g
 from zoo.blocks import SequenceModel, VisionTransformer
 from zoo.checks import MEASURED, SKIPPED, Check, Result
 from zoo.measure import count_flops
@@ -125,6 +128,129 @@ def run_quality(variant, profile):
                          f"{task.summary}; {hp['steps']} steps, mean over {len(scores)} seeds", n=task.pairs)
 
 
+# --- on the board ---------------------------------------------------------------------------------------
+
+
+def _value_at(rows, variant, check, setting):
+    """The value of ``check`` at ``setting`` (for one variant, or any), or None."""
+    rows = rows[(rows.check == check) & (rows.setting == setting)].dropna(subset=["value"])
+    if variant is not None:
+        rows = rows[rows.variant == variant]
+    return None if rows.empty else float(rows.value.iloc[-1])
+
+
+def columns(board, variant) -> dict:
+    """The variant's mean accuracy over the tasks beside its speed, and the runs it is from."""
+    quality = board.rows(SUITE)
+    if quality.empty:
+        return {}
+    source = board.source_text(SUITE)
+    header = "quality: mean accuracy" + ("" if source == "this run" else f" ({source})")
+    scores = quality[(quality.variant == variant) & (quality.check == "accuracy")].dropna(subset=["value"])
+    return {header: f"{scores.value.mean():.3f}" if not scores.empty else
+            "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")}
+
+
+def section(board) -> zoo.Section:
+    quality = board.rows(SUITE)
+    scores = quality[quality.check == "accuracy"]
+    if scores.empty:
+        return zoo.Section("Quality", ["_Not in this run: `zoo run-all --suite quality` (or `--profile full`) trains "
+                                       "every variant on the synthetic tasks._"])
+    tasks = list(dict.fromkeys(scores.setting))
+    rows = []
+    for variant in sorted(set(scores.variant)):
+        mine = scores[scores.variant == variant]
+        row = {"variant": variant}
+        for task in tasks:
+            hit = mine[mine.setting == task]
+            if hit.empty:
+                row[task] = ""
+            elif hit.status.iloc[0] == SKIPPED or pd.isna(hit.value.iloc[0]):
+                row[task] = f"skipped: {hit.detail.iloc[0]}"
+            else:
+                spread = _value_at(quality, variant, "accuracy-std", task)
+                row[task] = f"{hit.value.iloc[0]:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
+        rows.append(row)
+    chance = {task: _value_at(quality, None, "chance", task) for task in tasks}
+    rows.append({"variant": "(chance)", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})
+    hp = pd.Series(quality[quality.check == "hyper-parameters"].detail.unique())
+    runs = board.runs_of(SUITE)
+    source = board.source_text(SUITE) + ("" if board.run_id in runs else
+                                         " (this run did not train them; the latest run that did)")
+    figures = {v: board.rank_figure(v) for v in set(scores.variant)}
+    absent = sorted(v for v, f in figures.items() if f is None or f.value is None)
+    plot_note = (f" The accuracy-versus-speed plot leaves out {', '.join(absent)}: no ranking figure on this board."
+                 if absent and len(absent) < len(figures) else "")
+    tables = [zoo.Table("", [], rows)]
+    curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
+    if not curve.empty:
+        pairs = sorted(int(p) for p in set(curve.n))
+        table = [{"variant": variant, **{f"{p} pairs": fmt_g(_value_at(curve, variant, "recall-vs-pairs", f"pairs={p}"),
+                                                              ".3f") for p in pairs}}
+                 for variant in sorted(set(curve.variant))]
+        example = curve.sort_values("n").detail.iloc[-1]
+        tables.append(zoo.Table("Associative recall versus number of pairs", [], table, note=[
+            "Multi-query associative recall (Zoology, Arora et al. 2023) at growing difficulty for a model of "
+            "fixed width: more key-value pairs to hold, from a key vocabulary twice their number. Softmax "
+            "attention can look each key up exactly; a fixed-size state (linear attention) must compress all "
+            f"pairs and is expected to fall behind as they grow. Settings at the largest: {example}."]))
+    plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(curve)) if plot]
+    return zoo.Section("Quality", [
+        f"From {source}. Accuracy on fresh examples after training with the same budget and hyper-parameters "
+        f"({'; '.join(hp) if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}"],
+        tables, dict(plots))
+
+
+def _accuracy_plot(board, quality, figures):
+    """Mean accuracy over tasks against the ranking figure (each kind against its own comparator, as the ranked
+    tables), one point per variant, the Pareto front joined: the variants no other beats on both at once."""
+    scores = quality[quality.check == "accuracy"].dropna(subset=["value"])
+    if scores.empty:
+        return None
+    plt = plots_.pyplot()
+    accuracy = scores.groupby("variant").value.mean()
+    ranked = {v: f for v, f in figures.items() if f is not None and f.value is not None}
+    if ranked:
+        x = pd.Series({v: f.value for v, f in ranked.items()}).reindex(accuracy.index)
+        label = "; ".join(sorted({f.column for f in ranked.values()})) + " (lower is faster)"
+    else:
+        x = quality[quality.check == "train-seconds"].groupby("variant").value.sum().reindex(accuracy.index)
+        label = "training seconds over all tasks (lower is faster)"
+    points = pd.DataFrame({"x": x, "accuracy": accuracy}).dropna().sort_values(["x", "accuracy"], ascending=[True, False])
+    front = points[points.accuracy > points.accuracy.cummax().shift(fill_value=-1.0)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.step(front.x, front.accuracy, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
+    for variant, point in points.iterrows():
+        ax.scatter(point.x, point.accuracy, marker="o" if variant in front.index else "x", s=40, zorder=2)
+    ax.set_xscale("log")
+    plots_.label_points(ax, [(point.x, point.accuracy, variant) for variant, point in points.iterrows()])
+    ax.set_xlabel(label, fontsize=8 if len(label) > 70 else None)
+    ax.set_ylabel("mean accuracy over the quality tasks")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return plots_.save(plt, fig, "accuracy-vs-speed.png")
+
+
+def _recall_plot(curve):
+    if curve.empty:
+        return None
+    plt = plots_.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (variant, series) in enumerate(curve.groupby("variant")):
+        series = series.sort_values("n")
+        ax.plot(series.n.astype(float), series.value, marker=plots_.MARKERS[i % len(plots_.MARKERS)],
+                linestyle=plots_.LINE_STYLES[i % len(plots_.LINE_STYLES)], label=variant)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(curve.n.astype(float))), [str(int(p)) for p in sorted(set(curve.n))])
+    ax.set_xlabel("key-value pairs to recall (key vocabulary grows with them; model width fixed)")
+    ax.set_ylabel("recall accuracy on fresh examples")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return plots_.save(plt, fig, "recall-vs-pairs.png")
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "what a variant can learn: accuracy on synthetic tasks after the same training budget", measures=(
         zoo.Measure("accuracy", "mean accuracy on fresh examples over seeds, per task", "fraction"),
@@ -134,7 +260,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("train-seconds", "training time per task, mean over seeds", "s"),
         zoo.Measure("recall-vs-pairs", "associative recall accuracy at a number of key-value pairs", "fraction"),
         zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant")),
-    profiles=("full",), carried=True, order=40)
+    profiles=("full",), carried=True, section=section, columns=columns, order=40)
 
 
 @zoo.hookimpl

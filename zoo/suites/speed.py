@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import statistics
 import timeit
 
@@ -17,7 +18,10 @@ from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 
 import zoo
 from zoo import approximation
+from zoo import plots as plots_
+from zoo.board import Footnotes, approximates, fmt_g, fmt_ms, fmt_x
 from zoo.cases import relative_error
+from zoo.contract import COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows
@@ -285,6 +289,228 @@ def _error_sweeps(variant, profile):
                          f"{option}={value!r}: the input family it approximates worst: {worst.label}", **tag)
 
 
+# --- on the board ---------------------------------------------------------------------------------------
+
+RANK_MODE, RANK_PHASE = "full", "fwd+bwd"  # what variants are ranked by, at the run's reference length
+
+
+def _versus(board, variant) -> str:
+    return COMPARATORS[board.kind(variant)]
+
+
+def ratio_header(kind: str, phase: str, n) -> str:
+    return f"time / {COMPARATOR_LABELS[COMPARATORS[kind]]}, {phase}, n={n}"
+
+
+def _is_noisy(board, variant, mode, phase, n) -> bool:
+    spread, threshold = board.value(variant, "time-spread", mode, phase, n), board.settings.get("noise_threshold")
+    return spread is not None and threshold is not None and spread > threshold
+
+
+def _missing(board, variant: str, mode: str, phase: str, n) -> str:
+    """Why a variant has no time at (mode, phase, n): the plan's, the safety net's or an error's words."""
+    rows = board.results[(board.results.variant == variant) & (board.results.suite == SUITE)]
+    if rows.empty:
+        return "the speed suite did not run on this variant in this run"
+    here = rows[(rows.n == n) & (rows["mode"] == mode) & rows.status.isin([SKIPPED, ERROR])]
+    if not here.empty:
+        return f"n={n}: {here.detail.iloc[0]}"
+    if n not in set(rows[rows.check == "time"].n.dropna()):
+        errors = rows[rows.status == ERROR]
+        if not errors.empty:
+            return f"speed suite error: {errors.detail.iloc[0]}"
+        return f"n={n} is not among this run's timed lengths"
+    return f"no {phase} ratio recorded at n={n}"
+
+
+def _ratio_cell(board, variant, phase, n, notes=None) -> tuple[float | None, str]:
+    """The ratio to the comparator and its cell: marked noisy, or why it is missing (a footnote in ``notes``)."""
+    ratio = board.value(variant, f"x-{_versus(board, variant)}", RANK_MODE, phase, n)
+    if ratio is None:
+        why = _missing(board, variant, RANK_MODE, phase, n)
+        return None, "not timed " + (notes.mark(why) if notes is not None else f"({why})")
+    return ratio, fmt_x(ratio) + (" (noisy)" if _is_noisy(board, variant, RANK_MODE, phase, n) else "")
+
+
+def rank_figure(board, variant) -> zoo.RankFigure:
+    """Forward+backward time relative to the op the variant's kind is compared with, at the reference length."""
+    n = board.settings.get("reference_length")
+    value, text = _ratio_cell(board, variant, RANK_PHASE, n)
+    return zoo.RankFigure(ratio_header(board.kind(variant), RANK_PHASE, n), value, text)
+
+
+def _approximation_missing(board, variant, n) -> str:
+    rows = board.results
+    skipped = rows[(rows.variant == variant) & (rows.check == "approximation-error") & (rows.status == SKIPPED)]
+    if not skipped.empty:
+        return f"approximation error not measured: {skipped.detail.iloc[0]}"
+    return f"approximation error not measured at n={n} in this run (it is taken wherever the speed suite times the variant)"
+
+
+def columns(board, variant) -> dict:
+    """An approximation's cost in accuracy beside its speed, always; the ratios and the time at the reference n."""
+    n, kind = board.settings.get("reference_length"), board.kind(variant)
+    target = approximates(board.card(variant))
+    if target is None:
+        accuracy = "exact"
+    else:
+        error = board.value(variant, "approximation-error", RANK_MODE, "fwd", n)
+        worst = board.value(variant, "approximation-error-worst", RANK_MODE, "fwd", n)
+        accuracy = f"approx. of {target}: " + (
+            f"error {error:.2f}" + (f", worst {worst:.2f}" if worst is not None else "") if error is not None else
+            "not measured " + board.notes.mark(f"{variant}: " + _approximation_missing(board, variant, n)))
+    row = {f"accuracy, n={n}": accuracy}
+    for phase in (RANK_PHASE, "fwd"):
+        row[ratio_header(kind, phase, n)] = _ratio_cell(board, variant, phase, n, board.notes)[1]
+    row[f"fwd+bwd time, n={n}"] = fmt_ms(board.value(variant, "time", RANK_MODE, RANK_PHASE, n))
+    return row
+
+
+def _noise_line(board) -> str:
+    spreads = board.results[board.results.check == "time-spread"].value.dropna()
+    threshold = board.settings.get("noise_threshold")
+    if spreads.empty:
+        return "Noise: no timed cells on this board."
+    over = int((spreads > threshold).sum()) if threshold is not None else 0
+    rule = (f"; {over} of {len(spreads)} cells stayed above the {threshold:g} threshold after re-measuring and are "
+            "marked (noisy)") if threshold is not None else ""
+    return (f"Noise on this board: interquartile range / median of the timed cells (each cell's noisiest callable), "
+            f"median {spreads.median():.3g}, largest {spreads.max():.3g}{rule}.")
+
+
+def rank_intro(board) -> list[str]:
+    settings = board.settings
+    return [
+        "Like is compared with like: attention *cores* against "
+        "torch SDPA, attention *layers* (with projections) against nn.MultiheadAttention(need_weights=False), "
+        f"each on the same shapes in the same process: non-causal, n = {settings.get('reference_length')}, batch "
+        f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
+        f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads; lower is better. "
+        "Variants without a time at that length come last, with the reason. \"exact\": the variant computes its "
+        "own documented function exactly (not necessarily softmax). An approximation's error is measured against "
+        "the function it approximates, normalised so that 0 is exact and 1 is no better than the trivial answer "
+        "(each query's mean of the values it may see), at the same shapes: first the mean over structured inputs "
+        "(low-rank and clustered queries and keys), then the worst over all input families (random ones at "
+        "higher logit scales included). An approximation no better than the trivial answer on the structured "
+        "inputs fails correctness and is not ranked.",
+        _noise_line(board),
+    ]
+
+
+def _kernels(board, variant, mode, phase, n) -> str:
+    """The fused attention kernels a timed call ran (its sdpa-backend row), without aten's decorations."""
+    rows = board.results
+    rows = rows[(rows.variant == variant) & (rows.check == "sdpa-backend") & (rows["mode"] == mode)
+                & (rows.phase == phase) & (rows.n == n)].detail.dropna()
+    if rows.empty:
+        return ""
+    names = [re.sub(r"^aten\._scaled_dot_product_|\.default$", "", op.strip()) for op in rows.iloc[-1].split(",")]
+    forward = [name for name in names if not name.endswith("_backward")]
+    return ", ".join(name + (" (+ backward)" if f"{name}_backward" in names else "") for name in forward)
+
+
+def _first_call(board, variant, who, mode, n) -> str:
+    """A peer's first call at n (compilation happens there), shown beside its ratio."""
+    seconds = board.value(variant, f"{who}-first-call", mode, "fwd", n)
+    return "" if seconds is None else f"; first call {seconds:.2g} s"
+
+
+def _baseline_gap(board, variant, who, mode, n, notes) -> str:
+    """Why a baseline has no ratio at n: the plan's reason if it left the baseline out."""
+    rows = board.results
+    rows = rows[(rows.variant == variant) & (rows.check == f"{who}-plan") & (rows.n == n) & (rows["mode"] == mode)]
+    return "not timed " + notes.mark(f"{who}, n={n}: {rows.detail.iloc[0]}") if not rows.empty else ""
+
+
+def section(board) -> zoo.Section:
+    results, settings, variants = board.results, board.settings, board.variants
+    ref = settings.get("reference_length")
+    speed = results[(results.suite == SUITE) & (results.check == "time")]
+    lengths = sorted(int(n) for n in speed.n.dropna().unique())
+    notes = Footnotes()
+    rows = []
+    for variant in variants:
+        versus = _versus(board, variant)
+        for mode in ("full", "causal"):
+            for phase in PHASES:
+                if speed[(speed.variant == variant) & (speed["mode"] == mode) & (speed.phase == phase)].empty:
+                    continue
+                row = {"variant": variant, "mode": mode, "pass": phase, "versus": versus}
+                for n in lengths:
+                    t = board.value(variant, "time", mode, phase, n)
+                    if t is None:
+                        row[f"n={n}"] = "not timed " + notes.mark(_missing(board, variant, mode, phase, n))
+                        continue
+                    iqr, x = (board.value(variant, check, mode, phase, n) for check in ("time-iqr", f"x-{versus}"))
+                    error = board.value(variant, "approximation-error", mode, "fwd", n) if phase == "fwd" else None
+                    row[f"n={n}"] = (fmt_ms(t, iqr)
+                                     + (f" ({fmt_x(x)})" if x is not None else " (no ratio)")
+                                     + (" noisy" if _is_noisy(board, variant, mode, phase, n) else "")
+                                     + (f"; approx. error {error:.2f}" if error is not None else ""))
+                rows.append(row)
+    extra = []
+    for variant in variants:
+        mine = results[(results.variant == variant) & results.check.str.startswith("x-")]
+        versus = f"x-{_versus(board, variant)}"
+        peers = set(board.card(variant).get("peers", []))
+        for check in sorted(({c for c in mine.check.unique()} | {f"x-{p}" for p in peers}) - {versus}):
+            who = check[2:]
+            for mode in ("full", "causal"):
+                for phase in PHASES:
+                    values = {n: board.value(variant, check, mode, phase, n) for n in lengths}
+                    timed_here = board.value(variant, "time", mode, phase, None) is not None
+                    if any(v is not None for v in values.values()) or (who in peers and phase == "fwd" and timed_here):
+                        extra.append({"variant": variant, "versus": who + (" (peer)" if who in peers else ""),
+                                      "mode": mode, "pass": phase,
+                                      **{f"n={n}": (fmt_x(v) + _first_call(board, variant, who, mode, n) if v is not None
+                                                    else _baseline_gap(board, variant, who, mode, n, notes))
+                                         for n, v in values.items()}})
+    sweeps = []
+    for row in results[results.check == "approximation-error-sweep"].itertuples():
+        option = row.setting.rsplit(" ", 1)[-1]
+        worst = results[(results.variant == row.variant) & (results.check == "approximation-error-sweep-worst")
+                        & (results.setting == row.setting)]
+        sweeps.append({"variant": row.variant, "option": option, f"error at n={int(row.n)}": f"{row.value:.3g}",
+                       "worst input family": "" if worst.empty else f"{worst.value.iloc[0]:.3g}"})
+    rates = []
+    for variant in variants:
+        for mode in ("full", "causal"):
+            for phase in PHASES:
+                g = board.value(variant, "gflops", mode, phase, ref)
+                if g is not None:
+                    fraction = board.value(variant, "peak-fraction", mode, phase, ref)
+                    rates.append({"variant": variant, "mode": mode, "pass": phase, f"GFLOP/s at n={ref}": fmt_g(g),
+                                  "% of matmul peak": fmt_g(None if fraction is None else 100 * fraction),
+                                  "tokens/s": fmt_g(board.value(variant, "tokens-per-s", mode, phase, ref)),
+                                  "fused attention kernels": _kernels(board, variant, mode, phase, ref)})
+    peak = results[results.check == "matmul-peak"].value.dropna()
+    peak_text = f"{peak.median():.3g} GFLOP/s (median over the run's workers)" if not peak.empty else "not measured"
+    dtype = settings.get("dtype", "float32")
+    text = ("Median time per call over interleaved rounds (± interquartile range) and, in brackets, the ratio "
+            "to the op named under *versus* (torch SDPA for cores, nn.MultiheadAttention(need_weights=False) for "
+            "layers) on the same shapes in the same process (median of per-round ratios); *noisy* marks a cell "
+            "whose IQR/median stayed above the run's threshold after re-measuring. An approximation's forward "
+            "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
+            f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
+    tables = [zoo.Table("", [], rows, footnotes=notes.reasons),  # its own and the baselines' empty cells
+              zoo.Table("Against each variant's own baselines, floors and torch SDPA", [], extra, note=[
+                  "Time of the variant / time of the named callable, same shapes, same process (a *floor* is the op "
+                  "the variant cannot avoid, timed in the forward pass only; a *peer* is another library's "
+                  "implementation of the same function, timed in the forward pass after a first call that is not "
+                  "timed, whose output agreed with the variant's; its first call, where compilation happens, is "
+                  "given beside its ratio)."])]
+    if sweeps:
+        tables.append(zoo.Table("Approximation error against the plugin's own options", [], sweeps, note=[
+            "Each approximation's normalised error (0 exact, 1 = each query's mean of the values) at the values of "
+            "the options its plugin sweeps, on the speed suite's shapes, non-causal: first the mean over the "
+            "structured inputs, then the worst input family."]))
+    tables.append(zoo.Table("Achieved rate", [], rates))
+    mine = board.rows(SUITE)
+    plot = plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == "fwd+bwd")], "time", "time.png",
+                          "seconds per call (forward+backward, speed shapes)", f"{SDPA}-time", COMPARATOR_LABELS[SDPA])
+    return zoo.Section("Speed", [text], tables, dict([plot]) if plot else {})
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "time per call against the op each kind is ranked against (torch SDPA, nn.MultiheadAttention) and the "
     "variant's own baselines, floors and peers, on the same shapes in one process", measures=(
@@ -309,7 +535,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("first-call", "a peer's first call, where compilation happens (<peer>-first-call)", "s"),
         zoo.Measure("agreement", "a peer's output against the variant's (<peer>-agreement)", "relative error"),
         zoo.Measure("plan", "a length the measurement plan left out, and why (<callable>-plan for another one)")),
-    order=30)
+    section=section, columns=columns, ranking=zoo.Ranking(rank_figure, rank_intro), order=30)
 
 
 @zoo.hookimpl

@@ -1,0 +1,253 @@
+"""The board of one run, as every section reads it: the rows it shows, each variant's card, the run's settings
+and the suites that drew them; and the helpers sections share (escaping, formatting, footnotes).
+
+What a board shows for run R: every job of R and, for each (variant, suite) R did not run, the latest job of an
+earlier comparable run (same settings, same kind of machine), so ``zoo run windowed`` updates windowed's rows
+and leaves every other variant on the board. A suite that is ``carried`` and has no rows among those shows its
+latest rows from any run instead, labelled with their runs; those rows are shown, never gated.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tabulate import tabulate
+
+from .checks import PASSED
+from .environment import COMPARABLE_ENVIRONMENT
+from .store import Store
+from .suite import RankFigure, Suite, implicit_suite
+
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+KIND_TITLES = {"core": "Attention cores (no parameters)", "layer": "Attention layers (with projections)"}
+
+
+def cell(value) -> str:
+    """Plugin text made safe for a Markdown table cell and any HTML renderer."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    text = CONTROL_CHARACTERS.sub("\ufffd", " ".join(str(value).split()))  # NUL, ESC: no terminal tricks
+    return (html.escape(text, quote=False).replace("|", "&#124;").replace("`", "&#96;")
+            .replace("](", "&#93;("))  # no link or image of a plugin's making (footnote marks [1] stay)
+
+
+def markdown_table(rows: list[dict] | pd.DataFrame) -> str:
+    """Rows as a GitHub Markdown table, every text (headers too) escaped; ``_(none)_`` without rows."""
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    if frame.empty:
+        return "_(none)_"
+    safe = frame.map(lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else cell(v))
+    safe.columns = [cell(column) for column in safe.columns]  # headers can be plugin text too (task names)
+    return tabulate(safe, headers="keys", tablefmt="github", showindex=False, floatfmt=".3g")
+
+
+def fmt_ms(seconds, spread=None) -> str:
+    """A time in ms (in s from one second up), and its spread in the same unit."""
+    if seconds is None:
+        return ""
+    scale, unit = (1, "s") if seconds >= 1 else (1e3, "ms")
+    text = f"{seconds * scale:.3g} {unit}"
+    return text if spread is None else f"{text} ±{spread * scale:.2g}"
+
+
+def fmt_x(ratio) -> str:
+    return "" if ratio is None else f"{ratio:.3g}x"
+
+
+def fmt_g(value, spec: str = ".3g") -> str:
+    return "" if value is None else format(value, spec)
+
+
+def fmt_exp(value) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+class Footnotes:
+    """Numbered reasons for empty cells, shared by the tables above them."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def mark(self, reason: str) -> str:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        return f"[{self.reasons.index(reason) + 1}]"
+
+    def lines(self) -> list[str]:
+        if not self.reasons:
+            return []
+        return ["Empty cells:", "", *[f"{i}. {cell(r)}" for i, r in enumerate(self.reasons, 1)], ""]
+
+
+def approximates(card: dict) -> str | None:
+    """What a variant approximates, from its stored card (older runs stored a Tags.exact flag)."""
+    if "approximates" in card:
+        return card["approximates"]
+    return None if card.get("tags", {}).get("exact", True) else "softmax"
+
+
+def kind_of(card: dict) -> str:
+    """A variant's kind from its stored card (older runs: from its has_parameters tag)."""
+    return card.get("kind") or ("layer" if card.get("tags", {}).get("has_parameters") else "core")
+
+
+def origin_text(provenance: dict) -> str:
+    if provenance.get("distribution"):
+        return f"{provenance.get('distribution')} {provenance.get('version')}"
+    return f"{provenance.get('kind', '?')}: {Path(str(provenance.get('location', '?'))).name}"
+
+
+def runs_text(runs, run_id: str) -> str:
+    """'this run', 'run X', 'runs X, Y' or 'this run and run X': where rows come from."""
+    runs = set(runs)
+    others = sorted(runs - {run_id})
+    earlier = ("run " if len(others) == 1 else "runs ") + ", ".join(others) if others else ""
+    return " and ".join(part for part in ("this run" if run_id in runs else "", earlier) if part)
+
+
+def board_rows(store: Store, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows and jobs the board for ``run_id`` accumulates (see the module); each row carries its ``run_id``,
+    each result row its job's ``source_sha256``."""
+    settings, environment = store.settings(run_id), store.environment(run_id)
+    machine = [environment.get(key) for key in COMPARABLE_ENVIRONMENT]
+    runs = store.runs()
+    started = dict(zip(runs.run_id, runs.started))
+    earlier = [r for r in reversed(list(runs.run_id)) if r != run_id and started[r] <= started[run_id]]
+    sources = [run_id] + [r for r in earlier if store.settings(r) == settings
+                          and [store.environment(r).get(key) for key in COMPARABLE_ENVIRONMENT] == machine]
+    job_parts, result_parts, covered = [], [], set()
+    for source in sources:
+        jobs = store.jobs(source)
+        jobs = jobs.loc[np.array([(v, s) not in covered for v, s in zip(jobs.variant, jobs.suite)], dtype=bool)]
+        if jobs.empty:
+            continue
+        covered |= set(zip(jobs.variant, jobs.suite))
+        hashes = {(r.variant, r.suite): r.provenance.get("source_sha256") for r in jobs.itertuples()}
+        results = store.results(source)
+        results = results.loc[np.array([(v, s) in hashes for v, s in zip(results.variant, results.suite)], dtype=bool)]
+        job_parts.append(jobs.assign(run_id=source))
+        result_parts.append(results.assign(run_id=source, source_sha256=[hashes[(v, s)] for v, s in
+                                                                         zip(results.variant, results.suite)]))
+    if not job_parts:
+        return store.results(run_id).assign(run_id=run_id, source_sha256=None), store.jobs(run_id)
+    return pd.concat(result_parts, ignore_index=True), pd.concat(job_parts, ignore_index=True)
+
+
+def _carried_rows(store: Store, suite: str) -> pd.DataFrame:
+    """Each variant's rows of ``suite`` from its latest finished job of it in any run."""
+    parts, covered = [], set()
+    for run in reversed(list(store.runs().run_id)):
+        jobs = store.jobs(run)
+        done = set(jobs[(jobs.suite == suite) & (jobs.status == "done")].variant) - covered
+        if done:
+            rows = store.results(run)
+            parts.append(rows[(rows.suite == suite) & rows.variant.isin(done)].assign(run_id=run))
+            covered |= done
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+@dataclass
+class Board:
+    """One run's board (see the module): ``results`` are the rows the ranking is gated on, ``carried`` the rows
+    of carried suites from elsewhere; ``notes`` number the empty cells of the ranked tables."""
+
+    run_id: str
+    settings: dict
+    environment: dict
+    results: pd.DataFrame
+    jobs: pd.DataFrame
+    cards: dict[str, dict]
+    suites: dict[str, Suite]
+    carried: dict[str, pd.DataFrame] = field(default_factory=dict)
+    notes: Footnotes = field(default_factory=Footnotes)
+
+    @classmethod
+    def of(cls, store: Store, run_id: str, suites: dict[str, Suite]) -> "Board":
+        results, jobs = board_rows(store, run_id)
+        cards: dict[str, dict] = {}
+        for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
+            cards.setdefault(job.variant, job.provenance)
+        present = set(results.suite)
+        carried = {name: rows for name, suite in suites.items() if suite.carried and name not in present
+                   and not (rows := _carried_rows(store, name)).empty}
+        return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried)
+
+    # --- who is on it -----------------------------------------------------------------------------------
+
+    @property
+    def variants(self) -> list[str]:
+        return sorted(self.cards)
+
+    def card(self, variant: str) -> dict:
+        return self.cards.get(variant, {}).get("card", {})
+
+    def kind(self, variant: str) -> str:
+        return kind_of(self.card(variant))
+
+    def suite(self, name: str) -> Suite:
+        return self.suites.get(name) or implicit_suite(name)
+
+    def suite_order(self) -> list[str]:
+        """Every registered suite and every suite with rows on the board, in board order."""
+        names = dict.fromkeys([*self.suites, *self.results.suite.unique(), *self.carried])
+        return sorted(names, key=lambda n: self.suite(n).order)
+
+    # --- its rows ---------------------------------------------------------------------------------------
+
+    def rows(self, suite: str) -> pd.DataFrame:
+        """The suite's rows on the board: its accumulated ones, else (a carried suite) its latest from any run."""
+        mine = self.results[self.results.suite == suite]
+        return mine if not mine.empty or suite not in self.carried else self.carried[suite]
+
+    def runs_of(self, suite: str) -> list[str]:
+        return sorted(set(self.rows(suite).run_id))
+
+    def source_text(self, suite: str) -> str:
+        """Where the suite's rows come from, for its section ('this run', 'run X', ...)."""
+        return runs_text(self.runs_of(suite), self.run_id)
+
+    def value(self, variant: str | None, check: str, mode: str = "", phase: str = "", n=None,
+              rows: pd.DataFrame | None = None):
+        """The (last) value of ``check`` for ``variant`` at (mode, phase, n), or None."""
+        rows = self.results if rows is None else rows
+        rows = rows[(rows.check == check) & (rows["mode"] == mode) & (rows.phase == phase)]
+        if variant is not None:
+            rows = rows[rows.variant == variant]
+        if n is not None:
+            rows = rows[rows.n == n]
+        rows = rows.dropna(subset=["value"])
+        return None if rows.empty else float(rows.value.iloc[-1])
+
+    # --- the ranking ------------------------------------------------------------------------------------
+
+    @property
+    def ranking_suite(self) -> Suite | None:
+        return next((s for s in sorted(self.suites.values(), key=lambda s: s.order) if s.ranking), None)
+
+    @functools.cached_property
+    def standings(self):
+        from .ranking import gate
+
+        return gate(self.results, self.suites)
+
+    def ranked(self, variant: str) -> bool:
+        return variant in self.standings and self.standings[variant].ranked
+
+    def rank_figure(self, variant: str) -> RankFigure | None:
+        """What the ranking suite ranks ``variant`` by on this board (None: no suite ranks)."""
+        suite = self.ranking_suite
+        return suite.ranking.figure(self, variant) if suite else None
+
+    def required_suites(self) -> list[str]:
+        return [name for name, suite in sorted(self.suites.items(), key=lambda item: item[1].order) if suite.required]
+
+
+def checked_by(rows: pd.DataFrame, suite: str) -> bool:
+    """Whether ``suite`` ran on these rows' variant and passed something."""
+    return bool(((rows.suite == suite) & (rows.status == PASSED)).any())

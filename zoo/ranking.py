@@ -1,0 +1,136 @@
+"""Ranking: which variants may be ranked (the gate, from each suite's blocking rules) and in what order (the
+figure of the one suite that ranks), shared by README.md, the page, ``zoo leaderboard --by device`` and the
+summary a run ends with.
+
+A variant is ranked only when every ``required`` suite ran on the source its figures were measured on and
+passed, and none of its rows has a status its suite says blocks (an ``error`` in any suite always does), with
+every row from one version of its source. Within its kind (cores, layers: like is compared with like), ranked
+variants are ordered by the ranking figure, lower first; one without a figure comes last, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .board import KIND_TITLES, Board, checked_by, origin_text, runs_text
+from .checks import FAILED
+from .suite import Suite, implicit_suite
+
+
+@dataclass
+class Standing:
+    """Whether a variant may be ranked: the required suites ran on the code that was measured, and nothing
+    blocking happened (``reasons``: each blocking row, and a source that changed between runs)."""
+
+    checked: bool
+    reasons: list[str] = field(default_factory=list)
+    blocked_by: list[str] = field(default_factory=list)  # the suites whose rows block it
+
+    @property
+    def ranked(self) -> bool:
+        return self.checked and not self.reasons
+
+
+def gate(results: pd.DataFrame, suites: dict[str, Suite] | None = None) -> dict[str, Standing]:
+    """Per variant: did the required suites run on it and pass, and which rows block it (see the module), by
+    the rules of ``suites`` (default: the registered ones)."""
+    if suites is None:
+        from .leaderboard import registered_suites
+
+        suites = registered_suites()
+    required = [name for name, suite in suites.items() if suite.required]
+    rules = {name: suites.get(name) or implicit_suite(name) for name in set(results.suite)}
+    standings: dict[str, Standing] = {}
+    for variant, rows in results.groupby("variant"):
+        blocking = rows[[rules[r.suite].blocks(r.status) for r in rows.itertuples()]]
+        checked = all(checked_by(rows, name) for name in required) and bool(required)
+        reasons = [f"{r.suite}/{r.check}: {r.detail or r.status}" + (f" [{r.setting}]" if r.setting else "")
+                   for r in blocking.itertuples()]
+        if "source_sha256" in rows and rows.source_sha256.dropna().nunique() > 1:
+            versions = rows.dropna(subset=["source_sha256"]).groupby("source_sha256").run_id.first()
+            reasons.append("source changed between runs: " + "; ".join(
+                f"run {run} measured source {digest}" for digest, run in versions.items())
+                + f" (run `zoo run {variant}` again for one consistent set)")
+        blocked_by = sorted(set(blocking[blocking.status == FAILED].suite))
+        standings[variant] = Standing(checked, reasons, blocked_by)
+    return standings
+
+
+def standing_text(standing: Standing, required: list[str]) -> str:
+    """'' for a ranked variant, else a few words: 'fails correctness', 'error', 'correctness not run'."""
+    if standing.reasons:
+        return f"fails {', '.join(standing.blocked_by)}" if standing.blocked_by else "error"
+    return "" if standing.checked else f"{' and '.join(required) or 'no required suite'} not run"
+
+
+def gate_sentence(board: Board) -> str:
+    required = " and ".join(board.required_suites()) or "no"
+    return (f"Ranked only when the {required} suite ran on the variant's measured source and every check passed, "
+            "with no error in any suite (NaN or inf outputs included).")
+
+
+def ranked_tables(board: Board) -> tuple[dict[str, list[dict]], list[str]]:
+    """The ranked rows of each kind ({kind: [row, ...]}, best first, each with its rank) and the variants not
+    ranked: the ranking suite's columns first, then each other suite's in board order."""
+    suites = sorted((board.suite(n) for n in {*board.suites, *board.results.suite.unique()}),
+                    key=lambda s: (s.ranking is None, s.order))
+    tables, unranked = {}, []
+    for kind in KIND_TITLES:
+        members = [v for v in board.variants if board.kind(v) == kind]
+        if not members:
+            continue
+        ranked = []
+        for variant in members:
+            if not board.ranked(variant):
+                unranked.append(variant)
+                continue
+            row = {"variant": variant, "family": board.card(variant).get("family")}
+            for suite in suites:
+                if suite.columns:
+                    row.update(suite.columns(board, variant))
+            row["origin"] = origin_text(board.cards[variant])
+            row["from"] = runs_text(board.results[board.results.variant == variant].run_id, board.run_id)
+            figure = board.rank_figure(variant)
+            ranked.append((float("inf") if figure is None or figure.value is None else figure.value, row))
+        ranked.sort(key=lambda item: item[0])
+        tables[kind] = [{"rank": i, **row} for i, (_, row) in enumerate(ranked, 1)]
+    return tables, unranked
+
+
+def unranked_lines(board: Board, unranked: list[str]) -> list[str]:
+    """README's account of the variants not ranked: what blocks each, or which required suite has not run."""
+    from .board import cell
+
+    lines = []
+    failing = [v for v in unranked if board.standings.get(v) and board.standings[v].reasons]
+    if failing:
+        blockers = [name for name in sorted(board.suites, key=lambda n: board.suite(n).order)
+                    if FAILED in board.suite(name).blocking]
+        lines += [f"### Not ranked: failing {' or '.join(blockers) + ' ' if blockers else ''}checks or errors", ""]
+        for variant in failing:
+            by_check: dict[str, list[str]] = {}
+            for reason in board.standings[variant].reasons:
+                check, _, detail = reason.partition(": ")
+                by_check.setdefault(check, []).append(detail)
+            lines.append(f"- **{cell(variant)}**, {len(by_check)} failing check(s):")
+            lines += [f"  - {cell(check)} ({len(details)} case(s)), e.g. {cell(details[0])}"
+                      for check, details in by_check.items()]
+        lines.append("")
+    unchecked = [v for v in unranked if v not in failing]
+    if unchecked:
+        required = " and ".join(board.required_suites())
+        lines += [f"### Unranked: {required} not run", "",
+                  f"These variants' figures below were measured, but the {required} suite has not run on them with "
+                  f"these settings, so they are not ranked (`zoo run NAME --suite {required}` with the same `--out`, "
+                  f"or `--suite {required}` added to the run):", "",
+                  *[f"- {cell(v)}" for v in unchecked], ""]
+    return lines
+
+
+def why_unranked(board: Board, variant: str) -> str:
+    standing = board.standings.get(variant)
+    if standing and standing.reasons:
+        return "; ".join(standing.reasons[:3])
+    return f"the {' and '.join(board.required_suites())} suite has not run on it with these settings"
