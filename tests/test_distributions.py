@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json
+
 import pytest
+
+from conftest import good_plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,5 +70,38 @@ def test_run_all_ranks_the_installed_scaffold(scaffolded, tmp_path):
     ran = run("-m", "zoo", "run-all", "--filter", "my-scaffold", "--suite", "correctness", "--profile", "smoke",
               "--out", str(tmp_path / "lb"), env=env)  # correctness is what ranks it
     assert ran.returncode == 0, ran.stderr
-    board = (tmp_path / "lb" / "README.md").read_text().split("## Leaderboard")[1].split("## Correctness")[0]
+    board = (tmp_path / "lb" / "README.md").read_text().split("## Leaderboard")[1].split("## Capabilities")[0]
     assert "| my-scaffold" in board
+
+
+EXPLODING = good_plugin("exploding").replace(
+    "        return merge_heads(masked_sdpa(", "        return 1e3 * merge_heads(masked_sdpa(").replace(
+    "    return softmax_attention(*heads, mask).transpose(1, 2).flatten(2)",
+    "    return 1e3 * softmax_attention(*heads, mask).transpose(1, 2).flatten(2)")
+
+
+def test_an_installed_suite_adds_its_section_and_its_failing_check_blocks_ranking(tmp_path, write_plugin):
+    """examples/zoo-sensitivity, a distribution of its own: no edit in zoo/ brings it onto the board."""
+    env = install(ROOT / "examples" / "zoo-sensitivity", tmp_path / "site")
+    plugins = write_plugin("exploding", EXPLODING)
+    ran = run("-m", "zoo", "run", "dot-product", "exploding", "--suite", "correctness", "--suite", "sensitivity",
+              "--profile", "smoke", "--plugins-dir", str(plugins), "--out", str(tmp_path / "lb"), env=env)
+    assert ran.returncode == 0, ran.stderr
+    readme = (tmp_path / "lb" / "README.md").read_text()
+    ranked, rest = readme.split("## Leaderboard")[1].split("## Capabilities")
+    assert "perturbation gain" in ranked and "| dot-product" in ranked and "| exploding" not in ranked.split("### Not")[0]
+    assert "**exploding**" in ranked and "sensitivity/perturbation-gain" in ranked  # why it is not ranked
+    section = rest.split("## Sensitivity", 1)[1].split("\n## ", 1)[0]
+    assert "| exploding " in section and "| failed " in section and "| dot-product " in section
+    page = (tmp_path / "lb" / "index.html").read_text()
+    data = json.loads(page.split('id="board-data">', 1)[1].split("</script>", 1)[0])
+    [sensitivity] = [s for s in data["sections"] if s["title"] == "Sensitivity"]
+    assert {row["variant"]: row["verdict"] for row in sensitivity["tables"][0]["rows"]} == \
+        {"dot-product": "passed", "exploding": "failed"}
+    assert [u["variant"] for u in data["unranked"]] == ["exploding"]
+
+
+def test_contributing_shows_the_example_suite_as_it_is():
+    text = (ROOT / "CONTRIBUTING.md").read_text().split("## Writing a suite", 1)[1]
+    shown = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert shown == (ROOT / "examples" / "zoo-sensitivity" / "zoo_sensitivity" / "__init__.py").read_text()
