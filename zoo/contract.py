@@ -175,7 +175,8 @@ class Variant:
     measured (at the profile's reference length), e.g. ``{"features": (16, 64, 256, 1024)}``: the board shows
     what the option buys in accuracy.
     ``check_options`` are used on the correctness suite's small shapes so the variant's structure is
-    exercised there (e.g. a window or chunk smaller than the sequence).
+    exercised there (e.g. a window or chunk smaller than the sequence): its chunks or blocks should repeat
+    within 9 positions, the length gradcheck runs at, so a backward wrong only across chunks is caught.
     ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
     ``flops(batch, q_len, k_len, d_model, num_heads, **options)``, where given, is the analytic
     forward FLOP count the counted FLOPs are checked against.

@@ -270,7 +270,46 @@ def scaled_by(factor: float, dtype=None):
     return Off
 
 
+def off_in_low_precision(epsilons: int):
+    """A variant off by ``epsilons`` machine epsilons in bfloat16 and float16 only: the low-precision check allows 4."""
+
+    class Off(Attention):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            if out.dtype not in (torch.bfloat16, torch.float16):
+                return out
+            return out * (1 + epsilons * torch.finfo(out.dtype).eps)  # exactly representable in both
+
+    return Off
+
+
+class DetachedAcrossChunks(nn.Module):
+    """Each position's running mean of the values, in chunks whose carried sum is detached: the forward is right,
+    the backward wrong only across chunks (a chunked kernel's classic bug)."""
+
+    def __init__(self, d_model, num_heads=1, chunk=64):
+        super().__init__()
+        self.chunk = chunk
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        pieces, carry = [], value.new_zeros(value.shape[0], 1, value.shape[2])
+        for start in range(0, value.shape[1], self.chunk):
+            running = carry + value[:, start:start + self.chunk].cumsum(1)
+            pieces.append(running)
+            carry = running[:, -1:].detach()
+        return torch.cat(pieces, 1) / torch.arange(1, value.shape[1] + 1, dtype=value.dtype).view(1, -1, 1)
+
+
+def running_mean_reference(module, query, key, value, attn_mask=None, is_causal=False):
+    return value.double().cumsum(1) / torch.arange(1, value.shape[1] + 1, dtype=torch.float64).view(1, -1, 1)
+
+
 FINELY_BROKEN = [
+    ("reference-low-precision", off_in_low_precision(8), {}),  # 4 epsilons allowed: twice over
+    ("gradcheck", DetachedAcrossChunks, {"reference": running_mean_reference, "options": {"chunk": 64},
+                                         "check_options": {"chunk": 4}, "tags": zoo.Tags(
+                                             accepts_attn_mask=False, supports_causal=False,
+                                             allows_different_lengths=False)}),
     ("causal-leak", GradientOnlyCausalLeak, {}),
     ("masked-keys", GradientOnlyMaskLeak, {}),
     ("gradcheck", WrongParameterGradient, {"reference": scaled_reference, "tags": zoo.Tags(has_parameters=True)}),

@@ -23,6 +23,7 @@ SUITE = "correctness"
 FLOAT64_TOLERANCE = 1e-10
 FLOAT32_TOLERANCE = 1e-5
 EXACT = 1e-12  # "unchanged" for properties computed in float64
+GRADCHECK_LENGTH = 9  # a variant's check_options should make its chunks or blocks repeat within this length
 
 
 def _seeds(profile, salt: int):
@@ -117,6 +118,9 @@ def check_gradients(variant, profile):
         cases.append(Case(batch=1, q_len=4, k_len=4, d_model=4, num_heads=2, causal=True))
     if tags.accepts_attn_mask:
         cases.append(Case(batch=1, q_len=3, k_len=k_len, d_model=4, num_heads=2, mask="random"))
+    # long enough to span several chunks or blocks at the check options: a backward wrong only across chunks
+    cases.append(Case(batch=1, q_len=GRADCHECK_LENGTH, k_len=GRADCHECK_LENGTH, d_model=4, num_heads=2,
+                      causal=tags.supports_causal))
     for case in cases:
         case.options = dict(variant.check_options)
         seed = _seeds(profile, 3)[0]
