@@ -54,3 +54,35 @@ def test_half_precision_halves_the_memory_and_keeps_the_flops(registry):
     assert counted(full, "flops") == counted(half, "flops")
     ratios = [counted(half, "memory")[k] / v for k, v in counted(full, "memory").items()]
     assert ratios and all(abs(r - 0.5) < 0.05 for r in ratios), ratios
+
+
+def _formula_verdicts(variant):
+    from zoo.suites.complexity import count_forward, cross_shape, formula_row
+
+    n = PROFILE.complexity_lengths[0]
+    rows = [formula_row(variant, PROFILE, n, n, {}, count_forward(variant, PROFILE, n, n))]
+    if variant.tags.allows_different_lengths:
+        q_len, k_len, kv = cross_shape(variant, PROFILE)
+        rows.append(formula_row(variant, PROFILE, q_len, k_len, kv, count_forward(variant, PROFILE, q_len, k_len, **kv)))
+    return rows
+
+
+def test_every_built_in_flop_formula_matches_the_counted_flops_on_self_and_cross_shapes(registry):
+    for name in registry.list_variants():
+        variant = registry.variant(name)
+        if variant.flops is not None:
+            rows = _formula_verdicts(variant)
+            assert all(r.status == PASSED for r in rows), (name, [(r.setting, r.detail) for r in rows])
+
+
+def test_a_formula_that_mixes_up_queries_and_keys_is_caught_at_a_cross_shape(registry):
+    """Right on self-attention, where q_len equals k_len; wrong as soon as they differ."""
+    cross = registry.variant("cross")
+    right = cross.flops
+
+    def swapped(batch, q_len, k_len, d_model, num_heads, **options):
+        return right(batch=batch, q_len=k_len, k_len=q_len, d_model=d_model, num_heads=num_heads, **options)
+
+    verdicts = _formula_verdicts(dataclasses.replace(cross, flops=swapped))
+    assert [r.status for r in verdicts] == [PASSED, FAILED]
+    assert "q_len=64 k_len=128 kdim=32 vdim=128" in verdicts[1].setting

@@ -137,18 +137,50 @@ def run_complexity(variant, profile):
     yield from _formula_rows(variant, profile, table)
 
 
+def count_forward(variant, profile, q_len: int, k_len: int, **kv_dims) -> int:
+    """FLOPs of one forward call at (q_len, k_len) on the complexity shapes (``kdim``/``vdim`` where given)."""
+    torch.manual_seed(profile.seed)
+    d_model, dtype = profile.complexity_d_model, getattr(torch, profile.dtype)
+    module = zoo.build(variant, d_model=d_model, num_heads=profile.complexity_heads, **kv_dims).to(profile.device, dtype)
+    query = torch.randn(1, q_len, d_model, device=profile.device, dtype=dtype)
+    key, value = (torch.randn(1, k_len, kv_dims.get(dim) or d_model, device=profile.device, dtype=dtype)
+                  for dim in ("kdim", "vdim"))
+    with torch.no_grad():
+        return _count(lambda: module.forward(query, key, value), profile.device)[0]
+
+
+def cross_shape(variant, profile) -> tuple[int, int, dict]:
+    """The cross-attention shape the formula is also checked at: keys twice the queries' length and, where the
+    variant takes them, key and value widths of their own, so no term of the formula can swap with another."""
+    q_len = profile.complexity_lengths[0]
+    kv = {"kdim": profile.complexity_d_model // 2, "vdim": profile.complexity_d_model * 2} \
+        if variant.tags.allows_kv_dims else {}
+    return q_len, 2 * q_len, kv
+
+
 def _formula_rows(variant, profile, table):
     if variant.flops is None:
         yield Result("flops-formula", SKIPPED, detail="variant declares no analytic FLOP formula")
         return
-    by_n = table.get((variant.name, "full", "fwd"), {})
-    for n, (counted, _) in sorted(by_n.items()):
-        expected = variant.flops(batch=1, q_len=n, k_len=n, d_model=profile.complexity_d_model,
-                                 num_heads=profile.complexity_heads, **variant.options)
-        deviation = abs(counted - expected) / expected
-        ok = deviation <= FORMULA_TOLERANCE
-        yield Result("flops-formula", PASSED if ok else FAILED, f"full fwd n={n}", deviation, "rel. deviation",
-                     "" if ok else f"counted {counted:.4g} FLOPs, formula says {expected:.4g}", n=n, mode="full", phase="fwd")
+    shapes = [(n, n, {}, counted) for n, (counted, _) in sorted(table.get((variant.name, "full", "fwd"), {}).items())]
+    if variant.tags.allows_different_lengths:  # a formula measured on self-attention alone can mix q_len and k_len up
+        q_len, k_len, kv = cross_shape(variant, profile)
+        shapes.append((q_len, k_len, kv, count_forward(variant, profile, q_len, k_len, **kv)))
+    for q_len, k_len, kv, counted in shapes:
+        yield formula_row(variant, profile, q_len, k_len, kv, counted)
+
+
+def formula_row(variant, profile, q_len, k_len, kv, counted) -> Result:
+    """The formula's FLOPs against the counted ones at one shape (passed within 1%)."""
+    expected = variant.flops(batch=1, q_len=q_len, k_len=k_len, d_model=profile.complexity_d_model,
+                             num_heads=profile.complexity_heads, **{**variant.options, **kv})
+    deviation = abs(counted - expected) / expected
+    ok = deviation <= FORMULA_TOLERANCE
+    setting = f"full fwd n={q_len}" if q_len == k_len and not kv else \
+        f"full fwd q_len={q_len} k_len={k_len}" + "".join(f" {k}={v}" for k, v in kv.items())
+    return Result("flops-formula", PASSED if ok else FAILED, setting, deviation, "rel. deviation",
+                  "" if ok else f"counted {counted:.4g} FLOPs, formula says {expected:.4g}",
+                  n=q_len if q_len == k_len and not kv else None, mode="full", phase="fwd")
 
 
 # --- on the board ---------------------------------------------------------------------------------------
