@@ -1,6 +1,7 @@
 """`zoo compare` decides slower/faster from per-round samples with a stated test, and says when two runs
 are not like for like."""
 
+import numpy as np
 import pandas as pd
 
 from zoo.compare import differences, ratio_interval, timing_changes
@@ -33,3 +34,15 @@ def test_differences_name_the_setting_and_environment_that_changed():
                         {"torch": "2.13.0"}, {"torch": "2.12.0"})
     assert any("threads differs: 2 (before) vs 1 (after)" in note for note in notes)
     assert any("environment torch differs" in note for note in notes)
+
+
+def test_the_interval_covers_no_change_as_often_as_it_says():
+    """Before and after drawn from one distribution: a 95% interval of the ratio contains 1 about 95% of the time
+    (each run's rounds resampled; a 90% interval, or one that kept the before median fixed, falls short)."""
+    rng = np.random.default_rng(7)
+    trials, covered = 1500, 0
+    for trial in range(trials):
+        before, after = (list(np.exp(rng.normal(0, 0.05, 11))) for _ in range(2))
+        low, high = ratio_interval(before, after, seed=trial)
+        covered += low <= 1 <= high
+    assert 0.95 <= covered / trials <= 0.98, covered / trials

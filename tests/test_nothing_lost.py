@@ -103,6 +103,7 @@ def test_a_stale_database_neither_hides_nor_shrinks_a_newer_export(tmp_path, cap
     status, _ = zoo_here(capsys, "compare", first, newer, "--out", folder)
     assert status == 0 and (folder / "runs.jsonl").read_bytes() == before
     assert set(Store(folder / "results.sqlite", readonly=True).runs().run_id) == {first}  # nor the database
+    assert set(BoardFolder(folder).for_writing().runs().run_id) == {first, newer}  # a writer takes the export's runs
 
 
 def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):

@@ -171,3 +171,27 @@ def test_each_job_records_the_machine_it_ran_on(finished_run):
     assert all(p["ran_on"]["host"] == socket.gethostname() and p["ran_on"]["device"] == "cpu" for p in done.provenance)
     assert store.device_kinds(store.latest_run()) == [f"cpu: {done.provenance.iloc[0]['ran_on']['cpu']}"]
     assert "| ran on " in (out / "README.md").read_text()
+
+
+def test_the_worker_builds_each_variant_with_the_runs_options(write_plugin):
+    """--option KEY=VALUE reaches the variant a worker measures, not only the runner's checks of it."""
+    import io
+    import json
+
+    from zoo.profiles import PROFILES
+    from zoo.worker import run_jobs
+
+    plugins = write_plugin("reporter", '''
+import zoo
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(zoo.Check("options", "report", "what the variant was built with",
+                       lambda variant, profile: iter([zoo.Result("options", "measured", detail=repr(dict(variant.options)))])))
+''')
+    profile = PROFILES["smoke"].with_overrides(variant_options={"window": 7})
+    out = io.StringIO()
+    run_jobs({"jobs": [{"variant": "windowed", "suite": "report"}], "profile": profile.as_dict(),
+              "plugins_dirs": [str(plugins)]}, out)
+    [check] = [json.loads(line) for line in out.getvalue().splitlines() if '"type": "check"' in line]
+    assert "'window': 7" in check["rows"][0]["detail"]

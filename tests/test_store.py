@@ -170,3 +170,30 @@ def test_processes_opening_a_fresh_folder_at_once_add_its_exported_runs_once(tmp
     with sqlite3.connect(folder / "results.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 3
         assert db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3 * 50
+
+
+def _add_the_same_runs(path, records, barrier):
+    barrier.wait()  # all at once
+    for _ in range(5):
+        Store(path).add(records, only_new=True)
+
+
+def test_processes_adding_the_same_runs_at_once_add_each_once_without_an_error(tmp_path):
+    """Which runs are new is decided inside the writing transaction, so no two writers both decide to insert."""
+    source = Store(tmp_path / "a.sqlite")
+    ids = [source.start_run({"name": "test"}, {}, f"2026-01-01 00:00:0{i}") for i in range(6)]
+    for run in ids:
+        source.record_job(run, "v", "s", "done", 0.1, {}, [{"check": "c", "status": "measured", "value": 1.0}] * 200)
+    records = list(source.records().values())
+    target = tmp_path / "b.sqlite"
+    Store(target).check()
+    barrier = multiprocessing.Barrier(4)
+    workers = [multiprocessing.Process(target=_add_the_same_runs, args=(target, records, barrier)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+        assert w.exitcode == 0
+    with sqlite3.connect(target) as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 6
+        assert db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 6 * 200

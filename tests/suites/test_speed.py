@@ -180,3 +180,17 @@ def test_an_approximation_error_that_fails_at_one_length_loses_only_that_cell(re
     measured = {(r.mode, r.n) for r in rows if r.status == "measured"}
     assert measured == {(mode, n) for mode in PROFILE.speed_modes for n in PROFILE.speed_lengths
                         if n != max(PROFILE.speed_lengths)}
+
+
+def test_a_ratio_pairs_the_variant_and_its_comparator_round_by_round():
+    """Rounds interleave the callables, so drift hits both alike: the per-round ratio of a variant twice as fast
+    as the comparator in every round is 0.5 with no spread, however much the rounds drift."""
+    from types import SimpleNamespace
+
+    from zoo.suites.speed import _rows
+
+    drift = [1.0, 2.0, 4.0, 8.0, 16.0]
+    samples = {"mine": [t / 2 for t in drift], "torch-sdpa": drift}
+    rows = list(_rows(SimpleNamespace(name="mine"), PROFILE, "full", "fwd", 64, samples, 0, (1e6, []), 1e12))
+    [ratio] = [r for r in rows if r.check == "x-torch-sdpa"]
+    assert ratio.samples == [0.5] * 5 and ratio.value == 0.5 and "IQR 0" in ratio.detail
