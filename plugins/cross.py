@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import call_torch_mha, masked_sdpa, merge_heads, split_heads
-from zoo.reference import reference_mask, softmax_attention
+from zoo.functional import projected_sdpa, torch_mha_baseline
+from zoo.reference import projected_softmax
 
 
 class CrossAttention(nn.Module):
@@ -32,41 +32,27 @@ class CrossAttention(nn.Module):
         q = F.linear(query, self.q_proj_weight, b[:d])
         k = F.linear(key, self.k_proj_weight, b[d:2 * d])
         v = F.linear(value, self.v_proj_weight, b[2 * d:])
-        h = self.num_heads
-        out = masked_sdpa(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask, is_causal)
-        return self.out_proj(merge_heads(out))
+        return projected_sdpa(q, k, v, self.num_heads, attn_mask, is_causal, self.out_proj)
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
-    d, h = module.d_model, module.num_heads
-    b = module.in_proj_bias.detach().double()
-    weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
-    projected = [x.double() @ w.detach().double().T + b[i * d:(i + 1) * d]
-                 for i, (x, w) in enumerate(zip((query, key, value), weights))]
-    heads = [x.unflatten(-1, (h, -1)).transpose(1, 2) for x in projected]
-    mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
-    out = softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
-    return out @ module.out_proj.weight.detach().double().T + module.out_proj.bias.detach().double()
+    d, b = module.d_model, module.in_proj_bias
+    return projected_softmax(query, key, value, (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight),
+                             (b[:d], b[d:2 * d], b[2 * d:]), module.out_proj.weight, module.out_proj.bias,
+                             module.num_heads, attn_mask, is_causal)
+
+
+def _state(module, mha):
+    state = module.state_dict()
+    if mha._qkv_same_embed_dim:  # torch fuses the three projections when the widths agree
+        state["in_proj_weight"] = torch.cat([state.pop(f"{x}_proj_weight") for x in "qkv"])
+    return state
 
 
 def torch_mha(need_weights: bool):
     """A baseline: ``nn.MultiheadAttention(kdim=..., vdim=...)`` sharing the same weights."""
-
-    def build(module):
-        mha = nn.MultiheadAttention(module.d_model, module.num_heads, kdim=module.kdim, vdim=module.vdim,
-                                    batch_first=True)
-        state = module.state_dict()
-        if mha._qkv_same_embed_dim:  # torch fuses the three projections when the widths agree
-            state["in_proj_weight"] = torch.cat([state.pop(f"{x}_proj_weight") for x in "qkv"])
-        mha.load_state_dict(state, assign=True)  # shares the tensors: no copy, and it works on any device
-        mha.to(module.q_proj_weight.device, module.q_proj_weight.dtype).train(module.training)
-
-        def run(query, key, value, attn_mask=None, is_causal=False):
-            return call_torch_mha(mha, query, key, value, attn_mask, is_causal, need_weights)
-
-        return run
-
-    return build
+    return torch_mha_baseline(need_weights, lambda m: {"embed_dim": m.d_model, "num_heads": m.num_heads,
+                                                       "kdim": m.kdim, "vdim": m.vdim}, _state)
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, kdim=None, vdim=None, **options):

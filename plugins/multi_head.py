@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import call_torch_mha, masked_sdpa, merge_heads, split_heads
-from zoo.reference import reference_mask, softmax_attention
+from zoo.functional import projected_sdpa, torch_mha_baseline
+from zoo.reference import projected_softmax
 
 
 class MultiHeadAttention(nn.Module):
@@ -33,38 +33,21 @@ class MultiHeadAttention(nn.Module):
             k, v = F.linear(key, w[d:], None if b is None else b[d:]).chunk(2, dim=-1)
         else:
             q, k, v = (F.linear(x, w[i * d:(i + 1) * d], bias[i]) for i, x in enumerate((query, key, value)))
-        h = self.num_heads
-        out = masked_sdpa(split_heads(q, h), split_heads(k, h), split_heads(v, h), attn_mask, is_causal)
-        return self.out_proj(merge_heads(out))
+        return projected_sdpa(q, k, v, self.num_heads, attn_mask, is_causal, self.out_proj)
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
-    d, h = module.d_model, module.num_heads
-    w = module.in_proj_weight.detach().double()
-    b = module.in_proj_bias.detach().double() if module.in_proj_bias is not None else torch.zeros(3 * d, dtype=torch.float64)
-    projected = [x.double() @ w[i * d:(i + 1) * d].T + b[i * d:(i + 1) * d] for i, x in enumerate((query, key, value))]
-    heads = [x.unflatten(-1, (h, -1)).transpose(1, 2) for x in projected]
-    mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
-    out = softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
-    out_bias = module.out_proj.bias.detach().double() if module.out_proj.bias is not None else 0.0
-    return out @ module.out_proj.weight.detach().double().T + out_bias
+    d, w, b = module.d_model, module.in_proj_weight, module.in_proj_bias
+    return projected_softmax(query, key, value, (w[:d], w[d:2 * d], w[2 * d:]),
+                             (None,) * 3 if b is None else (b[:d], b[d:2 * d], b[2 * d:]),
+                             module.out_proj.weight, module.out_proj.bias, module.num_heads, attn_mask, is_causal)
 
 
 def torch_mha(need_weights: bool):
     """A baseline: ``nn.MultiheadAttention`` sharing the same weights."""
-
-    def build(module):
-        mha = nn.MultiheadAttention(module.d_model, module.num_heads, bias=module.in_proj_bias is not None,
-                                    batch_first=True)
-        mha.load_state_dict(module.state_dict(), assign=True)  # shares the tensors: no copy, and it works on any device
-        mha.to(module.in_proj_weight.device, module.in_proj_weight.dtype).train(module.training)
-
-        def run(query, key, value, attn_mask=None, is_causal=False):
-            return call_torch_mha(mha, query, key, value, attn_mask, is_causal, need_weights)
-
-        return run
-
-    return build
+    return torch_mha_baseline(need_weights, lambda m: {"embed_dim": m.d_model, "num_heads": m.num_heads,
+                                                       "bias": m.in_proj_bias is not None},
+                              lambda m, mha: m.state_dict())
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, **options):

@@ -8,7 +8,7 @@ from zoo.registry import load_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_BLIND = ["zoo/leaderboard.py", "zoo/board.py", "zoo/ranking.py", "zoo/webpage.py", "zoo/cli.py", "zoo/plots.py",
-               "zoo/harness.py", "zoo/runner.py", "zoo/registry.py"]
+               "zoo/harness.py", "zoo/runner.py", "zoo/registry.py", "zoo/compare.py", "zoo/profiles.py"]
 """The board writer, the page, the gate, the CLI and the harness: they read what suites declare."""
 FAMILIES = re.compile(r"^x-|-(plan|exponent|time|first-call|agreement|flops|memory)$")
 """Names built from a callable's: what a module that read rows by name would spell out."""
@@ -22,7 +22,7 @@ def _names() -> set[str]:
 
 
 def test_no_suite_blind_module_spells_a_built_in_suites_or_checks_name():
-    names = _names()
+    names = _names() - {"allocator"}  # also a run's environment entry (compare.py reads that one)
     assert {"correctness", "speed", "time", "flops-exponent"} <= names  # what would be spelled
     found = []
     for module in SUITE_BLIND:
@@ -32,3 +32,25 @@ def test_no_suite_blind_module_spells_a_built_in_suites_or_checks_name():
                 if word in names or (" " not in word and FAMILIES.search(word)):
                     found.append(f"{module}:{node.lineno}: {node.value!r}")
     assert found == []
+
+
+def test_each_suite_owns_its_settings_nested_in_the_profile_and_an_unknown_one_is_refused_by_name():
+    import pytest
+
+    from zoo import ZooError
+    from zoo.harness import SuiteOverrides
+    from zoo.profiles import PROFILES, Profile, get_profile, resolve
+
+    suites = load_registry(builtins=False, entry_points=False).suites
+    asked = SuiteOverrides({"lengths": (64, 96), "d_model": None}, {"speed": {"repeats": 3}})
+    profile = resolve(PROFILES["quick"], suites, asked.per_suite(suites))
+    assert profile.of("speed").lengths == (64, 96) and profile.of("complexity").lengths == (64, 96)
+    assert profile.of("speed").repeats == 3 and profile.of("speed").reference_length == 96  # settled: a timed n
+    assert profile.of("correctness").cases == 3 and get_profile("full", suites).of("correctness").cases == 8
+    assert Profile.from_dict(profile.as_dict(), suites) == profile  # what a worker reads back, no registry needed
+    for given, message in (({"speed": {"lenghts": (64,)}}, "the speed suite has no setting 'lenghts'"),
+                           ({"nope": {"x": 1}}, "no suite 'nope'")):
+        with pytest.raises(ZooError, match=message):
+            resolve(PROFILES["quick"], suites, given)
+    legacy = Profile.from_dict({"name": "quick", "speed_lengths": [256], "repeats": 7, "cases": 2}, suites)
+    assert legacy.of("speed").lengths == (256,) and legacy.of("speed").repeats == 7 and legacy.of("correctness").cases == 2

@@ -9,8 +9,8 @@ from zoo.compare import differences, ratio_interval, timing_changes
 
 def _run(samples: list[float]) -> pd.DataFrame:
     median = sorted(samples)[len(samples) // 2]
-    return pd.DataFrame([{"variant": "v", "check": "time", "mode": "full", "phase": "fwd", "n": 1024,
-                          "value": median, "samples": samples}])
+    return pd.DataFrame([{"variant": "v", "check": "time", "mode": "full", "phase": "fwd", "n": 1024, "unit": "s",
+                          "status": "measured", "value": median, "samples": samples}])
 
 
 def test_a_large_slowdown_is_reported_even_when_the_rounds_are_noisy():
@@ -30,8 +30,10 @@ def test_two_samples_of_the_same_distribution_report_no_change():
 
 
 def test_differences_name_the_setting_and_environment_that_changed():
-    notes = differences({"threads": 2, "name": "quick"}, {"threads": 1, "name": "quick"},
+    notes = differences({"threads": 2, "name": "quick", "suites": {"speed": {"repeats": [3]}}},
+                        {"threads": 1, "name": "quick", "suites": {"speed": {"repeats": [5]}}},
                         {"torch": "2.13.0"}, {"torch": "2.12.0"})
+    assert any("setting speed.repeats differs: (3,) (before) vs (5,) (after)" in note for note in notes)
     assert any("threads differs: 2 (before) vs 1 (after)" in note for note in notes)
     assert any("environment torch differs" in note for note in notes)
 

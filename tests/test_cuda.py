@@ -10,7 +10,7 @@ import torch
 from conftest import BUILTINS, run_zoo
 from zoo.api import default_registry
 from zoo.cases import cases_for
-from zoo.profiles import PROFILES
+from zoo.profiles import get_profile
 from zoo.store import Store
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
@@ -79,7 +79,7 @@ def test_quality_trains_on_cuda():
     from zoo.suites.quality import hyper_parameters, train
     from zoo.tasks import default_tasks
 
-    hp = {**hyper_parameters(PROFILES["smoke"]), "steps": 5}
+    hp = {**hyper_parameters(get_profile("smoke")), "steps": 5}
     outcome = train(default_registry().variant("dot-product"), default_tasks()[0], hp, 0, device="cuda")
     score, seconds = outcome.accuracy, outcome.seconds
     assert 0 <= score <= 1 and seconds > 0
@@ -93,8 +93,8 @@ def test_ray_gives_each_cuda_job_a_gpu(tmp_path):
 
 
 def test_the_runner_names_the_gpu_without_holding_a_cuda_context():
-    code = ("import torch; from zoo.environment import fingerprint; from zoo.profiles import PROFILES; "
-            "device = fingerprint(PROFILES['smoke'], 'cuda')['device']; "
+    code = ("import torch; from zoo.environment import fingerprint; from zoo.profiles import get_profile; "
+            "device = fingerprint(get_profile('smoke'), 'cuda')['device']; "
             "print(device if not torch.cuda.is_initialized() else 'context created')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.startswith("cuda (") and "unavailable" not in out.stdout, out.stdout + out.stderr

@@ -99,11 +99,11 @@ class FakeRay:
 ])
 def test_a_job_no_node_can_hold_is_refused_instead_of_waiting_for_ever(device, threads, nodes, refused):
     from zoo.contract import OptionError
-    from zoo.profiles import PROFILES
+    from zoo.profiles import get_profile
     from zoo.ray_executor import RayExecutor
     from zoo.runner import RunOptions
 
-    executor = RayExecutor(RunOptions(PROFILES["smoke"].with_overrides(device=device, threads=threads), 60))
+    executor = RayExecutor(RunOptions(get_profile("smoke").with_overrides(device=device, threads=threads), 60))
     executor.ray = FakeRay(*nodes)
     if refused is None:
         executor.check_cluster()

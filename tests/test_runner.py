@@ -178,7 +178,7 @@ def test_the_worker_builds_each_variant_with_the_runs_options(write_plugin):
     import io
     import json
 
-    from zoo.profiles import PROFILES
+    from zoo.profiles import get_profile
     from zoo.worker import run_jobs
 
     plugins = write_plugin("reporter", '''
@@ -189,7 +189,7 @@ def zoo_register_checks(register):
     register(zoo.Check("options", "report", "what the variant was built with",
                        lambda variant, profile: iter([zoo.Result("options", "measured", detail=repr(dict(variant.options)))])))
 ''')
-    profile = PROFILES["smoke"].with_overrides(variant_options={"window": 7})
+    profile = get_profile("smoke").with_overrides(variant_options={"window": 7})
     out = io.StringIO()
     run_jobs({"jobs": [{"variant": "windowed", "suite": "report"}], "profile": profile.as_dict(),
               "plugins_dirs": [str(plugins)]}, out)

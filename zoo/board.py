@@ -212,6 +212,12 @@ class Board:
         """Where the suite's rows come from, for its section ('this run', 'run X', ...)."""
         return runs_text(self.runs_of(suite), self.run_id)
 
+    def settings_of(self, suite: str):
+        """``suite``'s settings in this board's run (a run stored before they were nested: through its legacy names)."""
+        from .profiles import Profile
+
+        return Profile.from_dict(self.settings, self.suites).of(suite)
+
     def value(self, variant: str | None, check: str, mode: str = "", phase: str = "", n=None,
               rows: pd.DataFrame | None = None):
         """The (last) value of ``check`` for ``variant`` at (mode, phase, n), or None."""

@@ -88,6 +88,24 @@ def cmd_plugins(args) -> int:
     return 0
 
 
+def cmd_suites(args) -> int:
+    """Every suite: what it is for, where it runs, what blocks ranking, and its settings in ``--profile``."""
+    from .profiles import get_profile
+
+    registry = _registry(args)
+    profile = get_profile(args.profile, registry.suites)
+    for name in registry.suite_names():
+        suite = registry.suite(name)
+        where = "every profile" if suite.profiles is None else ", ".join(suite.profiles)
+        flags = [f"blocks ranking on: {', '.join(suite.blocking)}", *(["ranking needs it"] if suite.required else []),
+                 *(["ranks the variants"] if suite.ranking else [])]
+        print(f"{name}: {suite.summary}\n  runs in:  {where} (unless --suite chooses)\n  {'; '.join(flags)}")
+        print(f"  origin:   {suite.origin.label() if suite.origin else 'checks only (no zoo.Suite)'}")
+        for key, value in profile.suites.get(name, {}).items():
+            print(f"    {name}.{key} = {value!r}")
+    return 0
+
+
 def _positive(kind):
     def parse(text: str):
         try:
@@ -116,6 +134,7 @@ def cmd_run(args) -> int:
     results = run(getattr(args, "names", None), filters=args.filter, suites=args.suite, profile=args.profile, out=args.out,
         device=args.device, dtype=args.dtype, threads=args.threads, d_model=args.d_model, heads=args.heads,
         lengths=_parse_lengths(args.lengths), repeats=args.repeats, options=_parse_options(args.option),
+        suite_settings=_parse_settings(args.set),
         timeout=args.timeout, memory_limit_gib=args.memory_limit, executor=args.executor, address=args.address,
         resume=args.resume, retry_errors=args.retry_errors, plugins_dirs=args.plugins_dir, strict=args.strict,
         warn=lambda message: print(f"zoo: warning: {message}", file=sys.stderr),
@@ -141,8 +160,26 @@ def _parse_options(pairs: list[str] | None) -> dict | None:
     return options
 
 
+def _parse_settings(pairs: list[str] | None) -> dict | None:
+    """--set SUITE.KEY=VALUE: VALUE read as JSON (lists as tuples), else kept as text; suite -> key -> value."""
+    if not pairs:
+        return None
+    settings: dict[str, dict] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        suite, dot, key = name.partition(".")
+        if not sep or not dot or not suite or not key:
+            raise OptionError(f"--set: expected SUITE.KEY=VALUE, got {pair!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        settings.setdefault(suite, {})[key] = tuple(value) if isinstance(value, list) else value
+    return settings
+
+
 def _parse_lengths(text: str | None) -> tuple[int, ...] | None:
-    """--lengths 1024,4096: the sequence lengths the complexity and speed suites measure, instead of the profile's."""
+    """--lengths 1024,4096: the sequence lengths measured, instead of the profile's."""
     if not text:
         return None
     try:
@@ -358,6 +395,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.set_defaults(func=cmd_show)
 
+    p = sub.add_parser("suites", parents=[common], help="every suite, and its settings in a profile (--set SUITE.KEY)")
+    p.add_argument("--profile", default="quick", help="the profile whose settings are shown (default quick)")
+    p.set_defaults(func=cmd_suites)
+
     p = sub.add_parser("plugins", parents=[common], help="what loaded, from where, and what failed")
     p.set_defaults(func=cmd_plugins)
 
@@ -376,11 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "running here (default: start a local one)")
     run_options.add_argument("--threads", type=_positive(int), help="torch threads (default: the profile's, 2)")
     run_options.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
-                             help="dtype of the complexity and speed suites' tensors (default float32)")
-    run_options.add_argument("--d-model", type=_positive(int), help="model width of the timed shapes (default 512)")
-    run_options.add_argument("--heads", type=_positive(int), help="heads of the timed shapes (default 8)")
-    run_options.add_argument("--lengths", metavar="N,N,...", help="sequence lengths the complexity and speed suites measure, exactly (default: the profile's)")
-    run_options.add_argument("--repeats", type=_positive(int), help="timing rounds per measurement (default: the profile's)")
+                             help="dtype of the tensors the suites measure (default float32)")
+    run_options.add_argument("--d-model", type=_positive(int), help="the d_model setting of every suite that has one")
+    run_options.add_argument("--heads", type=_positive(int), help="the heads setting of every suite that has one")
+    run_options.add_argument("--lengths", metavar="N,N,...",
+                             help="the lengths setting (the sequence lengths measured) of every suite that has one")
+    run_options.add_argument("--repeats", type=_positive(int), help="the repeats setting of every suite that has one")
+    run_options.add_argument("--set", action="append", metavar="SUITE.KEY=VALUE",
+                             help="one setting of one suite, e.g. speed.round_seconds=0.1 (repeatable; zoo suites "
+                                  "lists them)")
     run_options.add_argument("--option", action="append", metavar="KEY=VALUE",
                              help="a variant option for this run, e.g. window=64 (repeatable)")
     run_options.add_argument("--timeout", type=_positive(float),

@@ -8,19 +8,18 @@ import pandas as pd
 
 from .checks import BAD
 
-EXPONENTS = ("flops-exponent", "memory-exponent", "time-exponent")
 EXPONENT_MOVE = 0.1
 PRACTICAL_CHANGE = 0.10
 """Smallest change reported: the same code timed in two processes here was seen to differ by about 5%,
 which per-round samples from within one process cannot show, so a change must also exceed 10%."""
 RESAMPLES, CONFIDENCE = 2000, 0.95
-SETTINGS_COMPARED = ("name", "threads", "dtype", "device", "speed_batch", "speed_d_model", "speed_heads",
-                     "repeats", "round_seconds", "variant_options")
+RUN_SETTINGS_COMPARED = ("name", "threads", "dtype", "device", "variant_options")
 ENVIRONMENT_COMPARED = ("cpu", "device", "torch", "python", "allocator", "threads")
 
 
-def _keyed(frame: pd.DataFrame, checks) -> pd.DataFrame:
-    rows = frame[frame.check.isin(checks)].copy()
+def _keyed(frame: pd.DataFrame, unit: str) -> pd.DataFrame:
+    """The measurements in ``unit`` (seconds: timings; exponent: fitted exponents), keyed by what they measure."""
+    rows = frame[(frame.unit == unit) & frame.value.notna()].copy()
     rows["n"] = rows.n.astype("Int64").astype(str)
     return rows.set_index(["variant", "check", "mode", "phase", "n"])
 
@@ -38,7 +37,8 @@ def ratio_interval(before: list[float], after: list[float], seed: int = 0) -> tu
 def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Median times (ms) whose ratio after/before has a 95% bootstrap interval (over each run's per-round
     samples) that excludes 1, and whose ratio is beyond the 10% practical threshold."""
-    ta, tb = _keyed(a, ["time"]), _keyed(b, ["time"])
+    ta, tb = (_keyed(frame, "s") for frame in (a, b))
+    ta, tb = (frame[frame.samples.map(bool).astype(bool)] for frame in (ta, tb))  # the timed cells: per-round samples behind each
     both = ta[["value", "samples"]].merge(tb[["value", "samples"]], left_index=True, right_index=True, suffixes=("_a", "_b"))
     rows = []
     for key, row in both.dropna(subset=["value_a", "value_b"]).iterrows():
@@ -51,8 +51,8 @@ def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             test = "no per-round samples: point estimate only"
         ratio = row.value_b / row.value_a
         if (low > 1 or high < 1) and abs(ratio - 1) > PRACTICAL_CHANGE:
-            variant, _, mode, phase, n = key
-            rows.append({"variant": variant, "mode": mode, "phase": phase, "n": n,
+            variant, check, mode, phase, n = key
+            rows.append({"variant": variant, "measure": check, "mode": mode, "phase": phase, "n": n,
                          "before (ms)": row.value_a * 1e3, "after (ms)": row.value_b * 1e3, "after / before": ratio,
                          "95% interval": f"{low:.3g}-{high:.3g}", "change": "slower" if ratio > 1 else "faster",
                          "test": test})
@@ -62,12 +62,22 @@ def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 def differences(settings_a: dict, settings_b: dict, env_a: dict, env_b: dict) -> list[str]:
     """What differs between two runs that makes their timings not like for like."""
     notes = []
-    for label, keys, x, y in (("setting", SETTINGS_COMPARED, settings_a, settings_b),
+    flat_a, flat_b = (_flat(settings) for settings in (settings_a, settings_b))
+    suite_keys = sorted(k for k in set(flat_a) | set(flat_b) if "." in k)
+    for label, keys, x, y in (("setting", [*RUN_SETTINGS_COMPARED, *suite_keys], flat_a, flat_b),
                               ("environment", ENVIRONMENT_COMPARED, env_a, env_b)):
         for key in keys:
             if x.get(key) != y.get(key):
                 notes.append(f"{label} {key} differs: {x.get(key)!r} (before) vs {y.get(key)!r} (after)")
     return notes
+
+
+def _flat(settings: dict) -> dict:
+    """A run's settings with each suite's as SUITE.KEY (lists as tuples, so a JSON round trip changes nothing)."""
+    flat = {k: v for k, v in settings.items() if k != "suites"}
+    for suite, values in (settings.get("suites") or {}).items():
+        flat.update({f"{suite}.{key}": tuple(v) if isinstance(v, list) else v for key, v in values.items()})
+    return flat
 
 
 def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +94,7 @@ def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def exponent_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    ea, eb = _keyed(a, EXPONENTS).value, _keyed(b, EXPONENTS).value
+    ea, eb = _keyed(a, "exponent").value, _keyed(b, "exponent").value
     both = pd.concat({"before": ea, "after": eb}, axis=1).dropna()
     moved = both[(both.after - both.before).abs() > EXPONENT_MOVE]
     return moved.reset_index()[["variant", "check", "mode", "phase", "before", "after"]]

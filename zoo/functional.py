@@ -177,3 +177,29 @@ def _quadratic_kernel(fq: Tensor, fk: Tensor, v: Tensor, mask: Tensor | None) ->
     if mask is not None:
         scores = scores * mask
     return _normalise(scores @ v, scores.sum(dim=-1, keepdim=True))
+
+
+def projected_sdpa(q: Tensor, k: Tensor, v: Tensor, num_heads: int, attn_mask: Tensor | None, is_causal: bool,
+                   out_proj) -> Tensor:
+    """Heads split, torch's fused SDPA with the zoo's mask convention, heads merged, then ``out_proj``: the
+    forward of every layer that is projections around softmax attention, after its input projections."""
+    out = masked_sdpa(split_heads(q, num_heads), split_heads(k, num_heads), split_heads(v, num_heads), attn_mask, is_causal)
+    return out_proj(merge_heads(out))
+
+
+def torch_mha_baseline(need_weights: bool, arguments, state):
+    """A baseline builder: ``nn.MultiheadAttention(**arguments(module))`` holding ``state(module, mha)`` (the
+    layer's own tensors, shared, not copied), on the layer's device, dtype and mode, called with the zoo's masks."""
+
+    def build(module):
+        mha = torch.nn.MultiheadAttention(**arguments(module), batch_first=True)
+        mha.load_state_dict(state(module, mha), assign=True)  # shares the tensors: works on any device
+        held = next(module.parameters())
+        mha.to(held.device, held.dtype).train(module.training)
+
+        def run(query, key, value, attn_mask=None, is_causal=False):
+            return call_torch_mha(mha, query, key, value, attn_mask, is_causal, need_weights)
+
+        return run
+
+    return build

@@ -16,6 +16,7 @@ import contextlib
 import math
 import os
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 import pandas as pd
@@ -30,7 +31,8 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
         suites: str | Iterable[str] | None = None, profile: str | None = None, out: str | os.PathLike = "leaderboard",
         device: str | None = None, dtype: str | None = None, threads: int | None = None, d_model: int | None = None,
         heads: int | None = None, lengths: Iterable[int] | None = None, repeats: int | None = None,
-        options: Mapping[str, object] | None = None, timeout: float | None = None,
+        options: Mapping[str, object] | None = None, suite_settings: Mapping[str, Mapping[str, object]] | None = None,
+        timeout: float | None = None,
         memory_limit_gib: float | None = None, executor: str = "local", address: str | None = None,
         resume: bool = False, retry_errors: bool = False, plugins_dirs: Iterable[str] = (), registry=None,
         strict: bool = False, warn: Callable[[str], None] = lambda message: None, command: str | None = None,
@@ -40,9 +42,13 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     ``filters`` (wildcards) select among all registered ones; else all. ``suites`` default to the profile's
     (``profile``: quick unless given). Every value is checked before plugins load or anything is written
     (:func:`check_options`); ``warn`` is told of each plugin that failed to load (``strict``: that is an error).
-    ``resume`` continues this machine's latest unfinished run in ``out`` with the settings it started with."""
+    ``suite_settings`` (suite -> setting -> value, ``--set SUITE.KEY=VALUE``) change a suite's settings; the
+    shorthands ``lengths``, ``d_model``, ``heads`` and ``repeats`` set the setting of that name in every suite
+    that has one. ``resume`` continues this machine's latest unfinished run in ``out`` with its own settings.
+    ``attrs["suites"]`` holds the suites that drew the board."""
     from .folder import BoardFolder
     from .leaderboard import render
+    from .profiles import resolve
     from .registry import load_registry
     from .runner import LocalExecutor, RunOptions, execute, now, plan_jobs, worker_memory_limit
 
@@ -51,15 +57,16 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
                                  (("variants", variants), ("--filter", filters), ("--suite", suites)))
     plugins_dirs = [plugins_dirs] if isinstance(plugins_dirs, (str, os.PathLike)) else list(plugins_dirs)
     overrides = {"--profile": profile, "--device": device, "--dtype": dtype, "--threads": threads, "--d-model": d_model,
-                 "--heads": heads, "--lengths": lengths, "--repeats": repeats, "--option": options}
+                 "--heads": heads, "--lengths": lengths, "--repeats": repeats, "--option": options,
+                 "--set": suite_settings}
     if resume and any(value is not None for value in overrides.values()):
         given = ", ".join(label for label, value in overrides.items() if value is not None)
         raise OptionError(f"--resume: continues a run with the settings it started with; {given} cannot change "
                           "them (drop them, or start a new run without --resume)")
-    settings = check_options(profile or "quick", device=device or "cpu", dtype=dtype, threads=threads,
-                             d_model=d_model, heads=heads, lengths=lengths, repeats=repeats, options=options,
-                             executor=executor, timeout=timeout, memory_limit_gib=memory_limit_gib, address=address,
-                             resume=resume, retry_errors=retry_errors)
+    base, asked = check_options(
+        profile or "quick", device=device or "cpu", dtype=dtype, threads=threads, d_model=d_model, heads=heads,
+        lengths=lengths, repeats=repeats, options=options, suite_settings=suite_settings, executor=executor,
+        timeout=timeout, memory_limit_gib=memory_limit_gib, address=address, resume=resume, retry_errors=retry_errors)
     if executor == "ray":
         from .ray_executor import check_reachable, require_ray
 
@@ -76,14 +83,15 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
         for failure in registry.failures:
             warn(failure.message())
     names = _select(registry, variants, filters)
-    _check_variant_settings(registry, names, settings, _profile("quick"))
+    settings = resolve(base, registry.suites, asked.per_suite(registry.suites))
     chosen = _suites(registry, suites, settings)
+    _check_variant_settings(registry, names, settings, chosen)
     store = folder.for_writing()  # the database, with the runs of the committed export it lacks
     run_id = _run_to_resume(store, retry_errors, folder) if resume else None
     if run_id is not None:
         from .profiles import Profile
 
-        settings = Profile.from_dict(store.settings(run_id))  # a resumed run keeps its own settings
+        settings = Profile.from_dict(store.settings(run_id), registry.suites)  # a resumed run keeps its own
     memory_limit = worker_memory_limit(settings.device, memory_limit_gib)
     _check_device_available(settings.device, executor, address)
     # plan
@@ -141,12 +149,30 @@ def _run_to_resume(store, retry_errors: bool, folder) -> str:
     return mine[-1]
 
 
+@dataclass(frozen=True)
+class SuiteOverrides:
+    """What a run asks of the suites' settings: ``shorthands`` (setting -> value, for every suite that has a
+    setting of that name) and ``given`` (suite -> setting -> value)."""
+
+    shorthands: dict
+    given: dict
+
+    def per_suite(self, suites) -> dict[str, dict]:
+        """Suite -> the settings to change in it (a suite or setting that does not exist stays in, to be refused)."""
+        wanted = {name: {k: v for k, v in self.shorthands.items() if v is not None and k in suite.settings}
+                  for name, suite in suites.items()}
+        for name, values in self.given.items():
+            wanted.setdefault(name, {}).update(values)
+        return {name: values for name, values in wanted.items() if values}
+
+
 def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, threads=None, d_model=None, heads=None,
-                  lengths=None, repeats=None, options=None, executor: str = "local", timeout=None,
+                  lengths=None, repeats=None, options=None, suite_settings=None, executor: str = "local", timeout=None,
                   memory_limit_gib=None, address=None, resume: bool = False, retry_errors: bool = False):
     """Every option of a run checked by name, the one validation for :func:`run` and the CLI (which passes its
-    parsed values straight on): returns the profile with this run's overrides, or raises :class:`OptionError`
-    naming the option and the value."""
+    parsed values straight on), before any plugin loads: returns the profile with this run's own settings and
+    what it asks of the suites' (:class:`SuiteOverrides`, resolved once the suites are known), or raises
+    :class:`OptionError` naming the option and the value."""
     if not isinstance(profile, str):
         raise OptionError(f"--profile: expected a profile name, got {profile!r}")
     for label, value in (("--threads", threads), ("--d-model", d_model), ("--heads", heads), ("--repeats", repeats)):
@@ -165,21 +191,42 @@ def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, th
                           "given (leave it out for 80% of this machine's memory)")
     if options is not None and (not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options)):
         raise OptionError(f"--option: expected a mapping of option names to values, got {options!r}")
+    if suite_settings is not None and (not isinstance(suite_settings, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Mapping) and all(isinstance(key, str) for key in v)
+            for k, v in suite_settings.items())):
+        raise OptionError(f"--set: expected suite -> setting -> value, got {suite_settings!r}")
     if lengths is not None:
         if isinstance(lengths, (str, bytes, Mapping)) or not isinstance(lengths, Iterable):
             raise OptionError(f"--lengths: expected a list of integers, got {lengths!r}")
         lengths = list(lengths)
         if not lengths or any(isinstance(n, bool) or not isinstance(n, int) for n in lengths):
             raise OptionError(f"--lengths: expected a list of integers, got {lengths!r}")
+        lengths = tuple(sorted(set(lengths)))
+        if lengths[0] <= 0:
+            raise OptionError(f"--lengths: lengths must be positive, got {lengths!r}")
+        if lengths[-1] > MAX_LENGTH:
+            raise OptionError(f"--lengths: {lengths[-1]} is longer than the zoo measures (at most {MAX_LENGTH})")
+    if device not in ("cpu", "cuda"):
+        raise OptionError(f"--device: expected cpu or cuda, got {device!r}")
+    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
+        raise OptionError(f"--dtype: expected float32, bfloat16 or float16, got {dtype!r}")
     if executor not in ("local", "ray"):
         raise OptionError(f"--executor: expected local or ray, got {executor!r}")
+    if executor == "local" and threads and threads > (os.cpu_count() or 1):
+        raise OptionError(f"--threads: {threads} is more than this machine's {os.cpu_count()} CPUs")
     if address is not None and (executor != "ray" or not isinstance(address, str)):
         raise OptionError("--address: only used with --executor ray" if executor != "ray" else
                           f"--address: expected HOST:PORT or auto, got {address!r}")
     if retry_errors and not resume:
         raise OptionError("--retry-errors: only with --resume")
-    return _profile(profile, device=device, dtype=dtype, threads=threads, d_model=d_model, heads=heads,
-                    lengths=lengths, repeats=repeats, options=options, executor=executor)
+    from .profiles import PROFILES
+
+    if profile not in PROFILES:
+        raise OptionError(f"--profile: unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
+    base = PROFILES[profile].with_overrides(threads=threads, device=device, dtype=dtype,
+                                            variant_options=dict(options) if options else None)
+    shorthands = {"lengths": lengths, "d_model": d_model, "heads": heads, "repeats": repeats}
+    return base, SuiteOverrides(shorthands, {k: dict(v) for k, v in (suite_settings or {}).items()})
 
 
 def _names(label: str, value) -> list[str] | None:
@@ -202,30 +249,6 @@ def _select(registry, variants, filters) -> list[str]:
     return names
 
 
-def _profile(name: str, *, device: str = "cpu", dtype=None, threads=None, d_model=None, heads=None, lengths=None,
-             repeats=None, options=None, executor: str = "local"):
-    """The named profile with this run's overrides, each checked by name."""
-    from .profiles import get_profile
-
-    base = get_profile(name)
-    if device not in ("cpu", "cuda"):
-        raise OptionError(f"--device: expected cpu or cuda, got {device!r}")
-    if dtype is not None and dtype not in ("float32", "bfloat16", "float16"):
-        raise OptionError(f"--dtype: expected float32, bfloat16 or float16, got {dtype!r}")
-    if lengths is not None:
-        lengths = tuple(sorted(set(lengths)))
-        if not lengths or lengths[0] <= 0:
-            raise OptionError(f"--lengths: lengths must be positive, got {lengths!r}")
-        if lengths[-1] > MAX_LENGTH:
-            raise OptionError(f"--lengths: {lengths[-1]} is longer than the zoo measures (at most {MAX_LENGTH})")
-    if executor == "local" and threads and threads > (os.cpu_count() or 1):
-        raise OptionError(f"--threads: {threads} is more than this machine's {os.cpu_count()} CPUs")
-    reference = max(lengths) if lengths and base.reference_length not in lengths else None
-    return base.with_overrides(threads=threads, device=device, dtype=dtype, speed_d_model=d_model, speed_heads=heads,
-                               variant_options=dict(options) if options else None, repeats=repeats,
-                               speed_lengths=lengths, complexity_lengths=lengths, reference_length=reference)
-
-
 def _suites(registry, suites, profile) -> list[str]:
     """The suites asked for, else those that run in the profile (each suite says in which)."""
     known = registry.suite_names()
@@ -236,35 +259,44 @@ def _suites(registry, suites, profile) -> list[str]:
     return chosen
 
 
-def _check_variant_settings(registry, names: list[str], profile, defaults) -> None:
-    """Build every selected variant with the run's sizes and options now, so a bad value is one clear
-    line before any work starts rather than an error row per variant later."""
+def _check_variant_settings(registry, names: list[str], profile, suites: list[str]) -> None:
+    """Build every selected variant with the run's options at each shape the chosen suites measure now, so a bad
+    value is one clear line before any work starts rather than an error row per variant later."""
     from .api import build
 
     for key in profile.variant_options:
         if not any(key in registry.variant(n).options for n in names):
             known = sorted({o for n in names for o in registry.variant(n).options})
             raise OptionError(f"--option: no selected variant has an option {key!r} (their options: {', '.join(known) or 'none'})")
-    if profile.speed_d_model % profile.speed_heads:
-        raise OptionError(f"--d-model {profile.speed_d_model} is not divisible by --heads {profile.speed_heads}")
-    for name in names:
-        variant = registry.variant(name).with_defaults(profile.variant_options)
-        try:
-            build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads)
-        except OptionError as exc:
-            if _builds_with_defaults(registry.variant(name), defaults):
-                raise OptionError(f"--option/--d-model/--heads: {exc}") from None
-        except Exception:  # a plugin's own bug, not a bad value: its worker records it as an error row
-            continue
+    shapes = {}
+    for suite in suites:
+        values = profile.suites.get(suite, {})
+        if "d_model" in values and "heads" in values:
+            if values["d_model"] % values["heads"]:
+                raise OptionError(f"--d-model/--heads: the {suite} suite's d_model {values['d_model']} is not "
+                                  f"divisible by its heads {values['heads']}")
+            shapes.setdefault((values["d_model"], values["heads"]), suite)
+    for (d_model, heads), suite in shapes.items():
+        for name in names:
+            variant = registry.variant(name).with_defaults(profile.variant_options)
+            try:
+                build(variant, d_model=d_model, num_heads=heads)
+            except OptionError as exc:
+                if _builds_with_defaults(registry.variant(name), registry.suites, suite):
+                    raise OptionError(f"--option/--d-model/--heads: {exc}") from None
+            except Exception:  # a plugin's own bug, not a bad value: its worker records it as an error row
+                continue
 
 
-def _builds_with_defaults(variant, defaults) -> bool:
-    """Whether the variant builds with its own option defaults and the profile's default sizes: if so, a
-    failure with the user's values is the user's (exit 2); if not, it is the plugin's (error rows)."""
+def _builds_with_defaults(variant, suites, suite: str) -> bool:
+    """Whether the variant builds with its own option defaults and the quick profile's shapes of ``suite``: if
+    so, a failure with the user's values is the user's (exit 2); if not, it is the plugin's (error rows)."""
     from .api import build
+    from .profiles import get_profile
 
+    values = get_profile("quick", suites).suites[suite]
     try:
-        build(variant, d_model=defaults.speed_d_model, num_heads=defaults.speed_heads)
+        build(variant, d_model=values["d_model"], num_heads=values["heads"])
     except Exception:
         return False
     return True

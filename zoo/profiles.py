@@ -1,107 +1,127 @@
-"""Run profiles: the shapes, lengths, caps and repeat counts each suite uses (``quick`` is the default)."""
+"""Run profiles: what a run is held to as a whole (``quick`` is the default), and each suite's settings in it.
+
+A profile has the settings of the run itself (seed, device, threads, dtype, the per-variant time limit, variant
+options) and, nested under each suite's name, that suite's settings: its defaults (:attr:`zoo.Suite.settings`),
+its preset for the profile (:attr:`zoo.Suite.presets`), then the run's own overrides (``--set SUITE.KEY=VALUE``
+and the shorthands). A key a suite does not declare is an error naming the suite and the key. A run records
+its resolved profile, so its workers need no registry to read it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Mapping
 
 from .contract import OptionError
+
+if TYPE_CHECKING:
+    from .suite import Suite
 
 
 @dataclass(frozen=True)
 class Profile:
-    """Settings every suite reads. Figures in the leaderboard are stated with these."""
+    """The settings of a run; ``suites`` holds each suite's resolved settings (read them with :meth:`of`)."""
 
     name: str
     seed: int = 0
     device: str = "cpu"
     threads: int = 2
-    dtype: str = "float32"  # of the complexity and speed suites' tensors (--dtype); correctness tests every dtype
-    # correctness: random cases per check, on small shapes
-    cases: int = 3
-    # complexity (FLOPs, memory): one head of 64, where the additive baseline still fits in memory
-    complexity_d_model: int = 64
-    complexity_heads: int = 1
-    complexity_lengths: tuple[int, ...] = (256, 512, 1024, 2048)
-    complexity_modes: tuple[str, ...] = ("full", "causal")
-    # speed: batch 1, 8 heads of 64
-    speed_batch: int = 1
-    speed_d_model: int = 512
-    speed_heads: int = 8
-    speed_lengths: tuple[int, ...] = (256, 512, 1024)
-    speed_modes: tuple[str, ...] = ("full",)
-    repeats: int = 5
-    round_seconds: float = 0.02
-    # the measurement plan (zoo.plan): a length is left out for a callable whose forward+backward call is
-    # predicted, from counted FLOPs and memory, to exceed these; no clock decides what is measured
-    max_call_gflop: float = 100.0
-    max_call_gib: float = 4.0
-    # a timed cell whose interquartile range exceeds this fraction of its median is re-measured (up to
-    # noise_retries times, adding rounds) and, if still noisy, flagged on the leaderboard
-    noise_threshold: float = 0.2
-    noise_retries: int = 1
-    # last-resort safety net, not a plan: a variant whose one warm call takes longer than this is not
-    # timed at larger lengths, and the leaderboard says the safety net fired
-    call_limit_seconds: float | None = 30.0  # None: no safety net (the smoke profile, for tests)
-    reference_length: int = 1024  # the leaderboard ranks by fwd+bwd x SDPA at this n
-    # quality: training budget per task (not among the quick profile's default suites); a task whose counted
-    # training FLOPs (one step, counted, times the steps) exceed the cap is skipped before it starts
-    quality_steps: int = 300
-    quality_recall_steps: int = 600  # the recall-versus-pairs sweep: harder settings need longer training
-    quality_seeds: int = 2
-    quality_task_max_gflop: float | None = 5000.0  # None: no cap
-    # a variant's worker is stopped after this long (--timeout overrides)
-    variant_timeout_seconds: float = 900.0
-    # variant option defaults for this run (--option KEY=VALUE), applied to variants that have the option
-    variant_options: dict = field(default_factory=dict)
+    dtype: str = "float32"  # of the tensors the suites measure (--dtype); correctness tests every dtype
+    variant_timeout_seconds: float = 900.0  # a variant's worker is stopped after this long (--timeout overrides)
+    variant_options: dict = field(default_factory=dict)  # --option KEY=VALUE, for variants that have the option
+    suites: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+
+    def of(self, suite: str) -> SimpleNamespace:
+        """``suite``'s settings in this run, as attributes."""
+        if suite not in self.suites:
+            raise OptionError(f"profile {self.name!r} holds no settings of the {suite!r} suite (known: "
+                              f"{', '.join(self.suites) or 'none'}): resolve it with zoo.profiles.get_profile")
+        return SimpleNamespace(**self.suites[suite])
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["suites"] = {name: dict(values) for name, values in self.suites.items()}
+        return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Profile":
-        """Inverse of :meth:`as_dict` after a JSON round trip (lists back to tuples)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+    def from_dict(cls, data: dict, suites: Mapping[str, "Suite"] | None = None) -> "Profile":
+        """Inverse of :meth:`as_dict` after a JSON round trip (lists back to tuples). A run stored before settings
+        were nested under their suites is read through each suite's :attr:`~zoo.Suite.legacy` names (``suites``:
+        the registered ones by default)."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"suites"}
+        nested = data.get("suites")
+        if nested is None:
+            nested = legacy_settings(data, _registered() if suites is None else suites)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known},
+                   suites={name: {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+                           for name, values in nested.items()})
 
     def with_overrides(self, **changes) -> "Profile":
+        """The run-wide settings changed (None leaves one as it is)."""
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def with_settings(self, suite: str, **changes) -> "Profile":
+        """``suite``'s settings changed; a key it does not have is an error naming both."""
+        unknown = sorted(set(changes) - set(self.suites.get(suite, {})))
+        if unknown:
+            raise OptionError(f"--set: the {suite} suite has no setting {', '.join(map(repr, unknown))} (its settings: "
+                              f"{', '.join(self.suites.get(suite, {})) or 'none'})")
+        return dataclasses.replace(self, suites={**self.suites, suite: {**self.suites[suite], **changes}})
 
 
 PROFILES = {
     "quick": Profile(name="quick"),
-    "full": Profile(
-        name="full",
-        cases=8,
-        complexity_lengths=(256, 512, 1024, 2048, 4096, 8192, 16384),
-        speed_lengths=(256, 512, 1024, 2048, 4096, 8192, 16384),
-        speed_modes=("full", "causal"),
-        repeats=11,
-        round_seconds=0.2,
-        max_call_gflop=2500.0,
-        max_call_gib=8.0,
-        call_limit_seconds=60.0,
-        reference_length=4096,
-        quality_steps=600,
-        quality_recall_steps=1500,  # long enough for softmax attention to learn the 32-pair setting here
-        quality_seeds=3,
-        quality_task_max_gflop=20000.0,
-        variant_timeout_seconds=4 * 3600.0,
-    ),
+    "full": Profile(name="full", variant_timeout_seconds=4 * 3600.0),
+    # seconds, not minutes: for tests and for trying a new plugin end to end (figures too coarse to publish)
+    "smoke": Profile(name="smoke", threads=1),
 }
 
 
-# Seconds, not minutes: for tests and for trying a new plugin end to end (figures too coarse to publish).
-PROFILES["smoke"] = Profile(
-    name="smoke", cases=1, complexity_lengths=(64, 128, 256), threads=1,
-    speed_d_model=64, speed_heads=2, speed_lengths=(64, 128, 256), repeats=2, round_seconds=0.005,
-    reference_length=256, quality_steps=20, quality_recall_steps=20, quality_seeds=1, quality_task_max_gflop=None,
-    call_limit_seconds=None,  # no clock decides anything in a smoke run: tests pass on a busy machine
-)
+def resolve(base: Profile, suites: Mapping[str, "Suite"], overrides: Mapping[str, Mapping[str, object]] | None = None,
+            ) -> Profile:
+    """``base`` with every suite's settings: defaults, then the suite's preset for the profile, then ``overrides``
+    (suite -> key -> value); a suite or key that does not exist is an :class:`OptionError` naming it."""
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(suites))
+    if unknown:
+        raise OptionError(f"--set: no suite {', '.join(map(repr, unknown))} (suites: {', '.join(suites)})")
+    resolved = {}
+    for name, suite in suites.items():
+        values = {**suite.settings, **suite.presets.get(base.name, {})}
+        given = dict(overrides.get(name, {}))
+        extra = sorted(set(given) - set(values))
+        if extra:
+            raise OptionError(f"--set: the {name} suite has no setting {', '.join(map(repr, extra))} (its settings: "
+                              f"{', '.join(values) or 'none'})")
+        values.update(given)
+        if suite.settle is not None:
+            try:
+                values = dict(suite.settle(dict(values)))
+            except ValueError as exc:
+                raise OptionError(f"--set: the {name} suite's settings do not fit together: {exc}") from None
+        resolved[name] = values
+    return dataclasses.replace(base, suites=resolved)
 
 
-def get_profile(name: str) -> Profile:
+def get_profile(name: str, suites: Mapping[str, "Suite"] | None = None) -> Profile:
+    """The named profile with every suite's settings (``suites``: the registered ones by default)."""
     try:
-        return PROFILES[name]
-    except KeyError:
+        base = PROFILES[name]
+    except (KeyError, TypeError):
         raise OptionError(f"--profile: unknown profile {name!r} (choose from {', '.join(PROFILES)})") from None
+    return resolve(base, _registered() if suites is None else suites)
+
+
+def legacy_settings(data: dict, suites: Mapping[str, "Suite"]) -> dict[str, dict]:
+    """The nested settings of a run stored flat (before settings were nested under their suites): each suite's
+    defaults, with every flat key its :attr:`~zoo.Suite.legacy` names."""
+    return {name: {**suite.settings, **{key: data[flat] for flat, key in suite.legacy.items() if flat in data}}
+            for name, suite in suites.items()}
+
+
+def _registered():
+    from .api import default_registry
+
+    return default_registry().suites

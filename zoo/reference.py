@@ -45,6 +45,19 @@ def linear(x: Tensor, layer) -> Tensor:
     return x.double() @ layer.weight.detach().double().T + bias
 
 
+def projected_softmax(query: Tensor, key: Tensor, value: Tensor, weights, biases, out_weight: Tensor,
+                      out_bias: Tensor | None, num_heads: int, attn_mask: Tensor | None, is_causal: bool) -> Tensor:
+    """Multi-head softmax attention of projected inputs, in float64: ``x @ w.T + b`` for each of query, key and
+    value (``weights``, ``biases``: three each, a bias may be None), heads split, attention, heads merged, then
+    the output projection. The reference of every layer that is projections around softmax attention."""
+    projected = [x.double() @ w.detach().double().T + (0.0 if b is None else b.detach().double())
+                 for x, w, b in zip((query, key, value), weights, biases)]
+    heads = [x.unflatten(-1, (num_heads, -1)).transpose(1, 2) for x in projected]
+    mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
+    out = softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
+    return out @ out_weight.detach().double().T + (0.0 if out_bias is None else out_bias.detach().double())
+
+
 def reference_mask(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len: int) -> Tensor | None:
     """The mask a reference applies: ``attn_mask`` and, when causal, key j <= query i.
 

@@ -12,7 +12,7 @@ names the suite or its checks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .checks import ERROR, STATUSES
 from .contract import NAME_PATTERN, RegistrationError
@@ -96,6 +96,10 @@ class Ranking:
 class Suite:
     """A suite of checks, as the harness runs it and the board shows it.
 
+    ``settings``: the suite's settings and their defaults, nested in a run's profile under its name (its checks
+    read them as ``profile.of(name)``); ``presets``: per profile name, the settings it changes there (the full
+    profile's longer lengths); ``legacy``: the flat profile keys of runs stored before settings were nested,
+    and the setting each was; ``settle(settings)``: the settings made consistent (or ValueError saying why).
     ``blocking``: statuses of the suite's rows that keep a variant out of the ranking (an ``error`` anywhere
     always does). ``required``: a variant is ranked only when this suite ran on the measured source and passed
     (the correctness suite). ``profiles``: the profiles it runs in when ``--suite`` is not given (None: every
@@ -114,6 +118,10 @@ class Suite:
     required: bool = False
     profiles: tuple[str, ...] | None = None
     carried: bool = False
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    legacy: Mapping[str, str] = field(default_factory=dict)
+    settle: Callable[[dict], dict] | None = None
     section: Callable[["Board"], Section | None] | None = None
     columns: Callable[["Board", str], dict[str, Any]] | None = None
     details: Callable[["Board", str], list[Table]] | None = None
@@ -134,6 +142,13 @@ class Suite:
         for attr in ("section", "columns", "details"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise RegistrationError(f"suite {self.name!r}: {attr} must be callable")
+        for profile, preset in self.presets.items():
+            unknown = sorted(set(preset) - set(self.settings))
+            if unknown:
+                raise RegistrationError(f"suite {self.name!r}: its {profile!r} preset sets {unknown}, which are not "
+                                        f"among its settings ({', '.join(self.settings) or 'none'})")
+        if self.settle is not None and not callable(self.settle):
+            raise RegistrationError(f"suite {self.name!r}: settle must be callable")
         if not all(isinstance(m, Measure) for m in self.measures):
             raise RegistrationError(f"suite {self.name!r}: measures must be zoo.Measure objects")
 

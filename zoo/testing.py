@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 from .checks import ERROR, FAILED, PASSED, SKIPPED, Check, Result
 from .checks import run_check as run_check_rows
 from .contract import Variant
-from .profiles import PROFILES, Profile, get_profile
+from .profiles import Profile, get_profile
 
 SUITE = "correctness"
 
@@ -87,7 +87,7 @@ def correctness_checks(registry=None) -> list[Check]:
 
 def check_variant(variant: Variant | str, profile: str | Profile = "quick", registry=None) -> list[CheckOutcome]:
     """Run every correctness check on one variant (a name or a :class:`zoo.Variant`)."""
-    profile = get_profile(profile) if isinstance(profile, str) else profile
+    profile = get_profile(profile, registry.suites if registry else None) if isinstance(profile, str) else profile
     resolved = _resolve(variant, registry)
     return [run_check(check, resolved, profile) for check in correctness_checks(registry)]
 
@@ -127,7 +127,7 @@ def parametrize_with_checks(variants: Iterable[Variant | str], expected_failures
     unknown = sorted(set(expected_failures) - {c.name for c in checks})
     if unknown:
         raise ValueError(f"expected_failures names unknown checks {unknown}; known: {[c.name for c in checks]}")
-    chosen = PROFILES[profile] if isinstance(profile, str) else profile
+    chosen = get_profile(profile, registry.suites if registry else None) if isinstance(profile, str) else profile
     params = []
     for variant in resolved:
         for check in checks:

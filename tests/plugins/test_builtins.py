@@ -173,10 +173,10 @@ def test_causal_linear_backward_is_its_own_and_gradcheck_clean():
 @pytest.mark.parametrize("name", BUILTINS)
 def test_builtins_keep_every_tensor_on_their_inputs_device(registry, name):
     """Checked on the meta device, the CI's stand-in for a GPU: not skipped, passed in every case."""
-    from zoo.profiles import PROFILES
+    from zoo.profiles import get_profile
     from zoo.suites.correctness import check_device_placement
 
-    results = list(check_device_placement(registry.variant(name), PROFILES["quick"]))
+    results = list(check_device_placement(registry.variant(name), get_profile("quick")))
     assert results and all(r.status == "passed" for r in results), [r for r in results if r.status != "passed"]
 
 

@@ -4,10 +4,10 @@ import dataclasses
 
 import zoo
 from zoo.checks import FAILED, PASSED
-from zoo.profiles import PROFILES
+from zoo.profiles import get_profile
 from zoo.suites.complexity import run_complexity
 
-PROFILE = PROFILES["smoke"]
+PROFILE = get_profile("smoke")
 
 
 def rows_by_check(variant):
@@ -59,7 +59,7 @@ def test_half_precision_halves_the_memory_and_keeps_the_flops(registry):
 def _formula_verdicts(variant):
     from zoo.suites.complexity import count_forward, cross_shape, formula_row
 
-    n = PROFILE.complexity_lengths[0]
+    n = PROFILE.of("complexity").lengths[0]
     rows = [formula_row(variant, PROFILE, n, n, {}, count_forward(variant, PROFILE, n, n))]
     if variant.tags.allows_different_lengths:
         q_len, k_len, kv = cross_shape(variant, PROFILE)

@@ -7,11 +7,11 @@ from torch import nn
 import zoo
 from zoo.checks import FAILED, PASSED
 from zoo.functional import combine_masks, masked_sdpa, merge_heads, split_heads
-from zoo.profiles import PROFILES
+from zoo.profiles import get_profile
 from zoo.reference import reference_mask, softmax_attention
 from conftest import BUILTINS
 
-PROFILE = PROFILES["quick"]
+PROFILE = get_profile("quick")
 
 
 class Attention(nn.Module):

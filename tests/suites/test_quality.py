@@ -5,11 +5,11 @@ import torch
 
 from zoo.blocks import SequenceModel, TransformerBlock, VisionTransformer
 from zoo.contract import VariantInputError
-from zoo.profiles import PROFILES
+from zoo.profiles import get_profile
 from zoo.suites.quality import hyper_parameters, run_quality, train
 from zoo.tasks import associative_recall, copy_from, default_tasks, shapes
 
-HP = hyper_parameters(PROFILES["quick"])
+HP = hyper_parameters(get_profile("quick"))
 
 
 def test_blocks_take_any_variant_and_give_the_right_shapes(registry):
@@ -65,7 +65,7 @@ def test_windowed_fails_the_long_range_copy_and_solves_the_local_one(registry):
 
 
 def test_suite_rows_state_hyper_parameters_and_skip_over_budget(registry):
-    smoke = PROFILES["smoke"].with_overrides(quality_task_max_gflop=1e-6)
+    smoke = get_profile("smoke").with_settings("quality", task_max_gflop=1e-6)
     rows = list(run_quality(registry.variant("dot-product"), smoke))
     assert rows[0].check == "hyper-parameters" and "lr=0.003" in rows[0].detail
     skipped = [r for r in rows if r.status == "skipped"]
@@ -76,7 +76,7 @@ def test_suite_rows_state_hyper_parameters_and_skip_over_budget(registry):
 def test_the_recall_sweep_grows_pairs_and_keys_at_fixed_width_and_reports_a_curve(registry):
     tasks = [t for t in default_tasks() if t.pairs]
     assert [t.pairs for t in tasks] == [8, 16, 32] and [t.vocab for t in tasks] == sorted(t.vocab for t in tasks)
-    rows = list(run_quality(registry.variant("dot-product"), PROFILES["smoke"]))
+    rows = list(run_quality(registry.variant("dot-product"), get_profile("smoke")))
     curve = [r for r in rows if r.check == "recall-vs-pairs"]
     assert [(r.n, r.setting) for r in curve] == [(8, "pairs=8"), (16, "pairs=16"), (32, "pairs=32")]
     accuracy = {r.setting: r.value for r in rows if r.check == "accuracy"}

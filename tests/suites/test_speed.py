@@ -2,10 +2,10 @@
 
 import torch
 
-from zoo.profiles import PROFILES
+from zoo.profiles import get_profile
 from zoo.suites.speed import run_approximation_error, run_speed
 
-PROFILE = PROFILES["smoke"]
+PROFILE = get_profile("smoke")
 
 
 def test_speed_rows_cover_every_length_with_ratios_to_sdpa_and_baselines(registry):
@@ -17,7 +17,7 @@ def test_speed_rows_cover_every_length_with_ratios_to_sdpa_and_baselines(registr
     for row in (r for r in rows if r.check == "backward-cost" and r.mode == "full"):
         assert row.value == time[(row.n, "fwd+bwd")] / time[(row.n, "fwd")]
     timed = {r.n for r in rows if r.check == "time"}
-    assert timed == set(PROFILE.speed_lengths)
+    assert timed == set(PROFILE.of("speed").lengths)
     assert all(r.value > 0 for r in rows if r.check.startswith("x-"))
 
 
@@ -26,8 +26,8 @@ def test_approximation_error_is_measured_for_approximations_only(registry):
     assert skipped.status == "skipped" and "approximates=None" in skipped.detail
     everything = list(run_approximation_error(registry.variant("linear"), PROFILE))
     rows = [r for r in everything if r.check == "approximation-error"]
-    modes = len(PROFILE.speed_modes)
-    assert len(rows) == modes * len(PROFILE.speed_lengths) and {r.n for r in rows} == set(PROFILE.speed_lengths)
+    modes = len(PROFILE.of("speed").modes)
+    assert len(rows) == modes * len(PROFILE.of("speed").lengths) and {r.n for r in rows} == set(PROFILE.of("speed").lengths)
     assert all(0 < r.value < 1 and r.unit == "normalised error" for r in rows), rows  # better than mean(V), not exact
     worst = {(r.mode, r.n): r.value for r in everything if r.check == "approximation-error-worst"}
     assert all(worst[(r.mode, r.n)] >= r.value for r in rows)  # the worst family is at least the structured mean
@@ -37,11 +37,11 @@ def test_a_bfloat16_run_times_bfloat16_tensors_and_says_so(registry):
     rows = list(run_speed(registry.variant("dot-product"), PROFILE.with_overrides(dtype="bfloat16")))
     peak = next(r for r in rows if r.check == "matmul-peak")
     assert peak.setting.startswith("bfloat16") and peak.value > 0
-    assert {r.n for r in rows if r.check == "time"} == set(PROFILE.speed_lengths)
+    assert {r.n for r in rows if r.check == "time"} == set(PROFILE.of("speed").lengths)
 
 
 def test_a_floor_is_timed_beside_the_variant_in_the_forward_pass_only(registry):
-    rows = list(run_speed(registry.variant("additive"), PROFILE.with_overrides(speed_lengths=(64, 128))))
+    rows = list(run_speed(registry.variant("additive"), PROFILE.with_settings("speed", lengths=(64, 128))))
     floor = [r for r in rows if r.check == "x-tanh-floor"]
     assert {(r.n, r.phase) for r in floor} == {(64, "fwd"), (128, "fwd")} and all(r.value > 0 for r in floor)
     assert {r.phase for r in rows if r.check == "x-naive-broadcast"} == {"fwd", "fwd+bwd"}  # a baseline: both
@@ -58,13 +58,13 @@ def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
 
     def slow():
         calls.append(1)
-        time.sleep(PROFILE.round_seconds * 2)  # longer than a round, so one call per round
+        time.sleep(PROFILE.of("speed").round_seconds * 2)  # longer than a round, so one call per round
 
-    profile = PROFILE.with_overrides(repeats=4, noise_retries=0)
-    samples, retries, counted = measure_cell({"slow": slow}, profile)
+    settings = PROFILE.with_settings("speed", repeats=4, noise_retries=0).of("speed")
+    samples, retries, counted = measure_cell({"slow": slow}, settings)
     assert retries == 0 and len(samples["slow"]) == 4 and counted is None
     assert len(calls) == 2 + 4
-    assert all(s >= PROFILE.round_seconds * 2 for s in samples["slow"])
+    assert all(s >= PROFILE.of("speed").round_seconds * 2 for s in samples["slow"])
 
 
 def test_peers_are_timed_only_after_a_first_call_that_works_and_agrees(registry):
@@ -90,7 +90,7 @@ def test_peers_are_timed_only_after_a_first_call_that_works_and_agrees(registry)
         return lambda q, k, v, attn_mask=None, is_causal=False: torch.zeros_like(q)
 
     variant = dataclasses.replace(registry.variant("dot-product"), peers={"same": same, "missing": missing, "wrong": wrong})
-    rows = list(run_speed(variant, PROFILE.with_overrides(speed_lengths=(64,), speed_modes=("full",))))
+    rows = list(run_speed(variant, PROFILE.with_settings("speed", lengths=(64,), modes=("full",))))
     by_check = {(r.check, r.phase): r for r in rows}
     assert by_check[("x-same", "fwd")].value > 0 and ("x-same", "fwd+bwd") not in by_check  # forward only
     assert by_check[("same-first-call", "fwd")].value > 0
@@ -102,7 +102,7 @@ def test_peers_are_timed_only_after_a_first_call_that_works_and_agrees(registry)
 
 
 def test_windowed_is_timed_beside_compiled_flex_attention_or_says_why_not(registry):
-    rows = list(run_speed(registry.variant("windowed"), PROFILE.with_overrides(speed_lengths=(128,))))
+    rows = list(run_speed(registry.variant("windowed"), PROFILE.with_settings("speed", lengths=(128,))))
     by_check = {r.check: r for r in rows if r.phase in ("fwd", "")}
     if "flex-attention-plan" in by_check:  # torch.compile does not work on this machine: the reason is given
         assert by_check["flex-attention-plan"].detail.startswith("not timed: its first call failed here")
@@ -123,14 +123,14 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
 
     def slow():
         calls["slow"] += 1
-        time.sleep(PROFILE.round_seconds * 10)
+        time.sleep(PROFILE.of("speed").round_seconds * 10)
 
     def counted():
         calls["counted"] += 1
         return a @ a
 
-    profile = PROFILE.with_overrides(repeats=3, noise_retries=0)
-    samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, profile, count="counted")
+    settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0).of("speed")
+    samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, settings, count="counted")
     assert calls["slow"] == 1 + 3  # cold, then one per round
     assert flops == 2 * 64 ** 3 and ops == ["aten.mm"]
     assert len(samples["counted"]) == 3 and calls["counted"] >= 2 + 3  # counted cold call, warm, rounds
@@ -144,7 +144,7 @@ def test_an_error_sweep_measures_the_approximation_at_each_option_value(registry
     error = {r.setting.rsplit(" ", 1)[-1]: r.value for r in rows if r.check == "approximation-error-sweep"}
     worst = {r.setting.rsplit(" ", 1)[-1]: r.value for r in rows if r.check == "approximation-error-sweep-worst"}
     assert set(error) == set(worst) == {"features=2", "features=512"}
-    assert all(r.n == PROFILE.reference_length and r.mode == "full" for r in rows)
+    assert all(r.n == PROFILE.of("speed").reference_length and r.mode == "full" for r in rows)
     assert error["features=512"] < error["features=2"]  # more random features approximate softmax better
     assert all(worst[k] >= error[k] for k in error)
 
@@ -168,18 +168,18 @@ def test_an_approximation_error_that_fails_at_one_length_loses_only_that_cell(re
     measure = approximation.errors_by_input
 
     def out_of_memory_at_the_largest(variant, module, n, *args, **kwargs):
-        if n == max(PROFILE.speed_lengths):
+        if n == max(PROFILE.of("speed").lengths):
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 268435456 bytes")
         return measure(variant, module, n, *args, **kwargs)
 
     monkeypatch.setattr(approximation, "errors_by_input", out_of_memory_at_the_largest)
     rows = [r for r in run_approximation_error(registry.variant("linear"), PROFILE) if r.check == "approximation-error"]
     failed = [r for r in rows if r.status == "error"]
-    assert {(r.mode, r.n) for r in failed} == {(mode, max(PROFILE.speed_lengths)) for mode in PROFILE.speed_modes}
+    assert {(r.mode, r.n) for r in failed} == {(mode, max(PROFILE.of("speed").lengths)) for mode in PROFILE.of("speed").modes}
     assert all("out of memory" in r.detail for r in failed)
     measured = {(r.mode, r.n) for r in rows if r.status == "measured"}
-    assert measured == {(mode, n) for mode in PROFILE.speed_modes for n in PROFILE.speed_lengths
-                        if n != max(PROFILE.speed_lengths)}
+    assert measured == {(mode, n) for mode in PROFILE.of("speed").modes for n in PROFILE.of("speed").lengths
+                        if n != max(PROFILE.of("speed").lengths)}
 
 
 def test_a_ratio_pairs_the_variant_and_its_comparator_round_by_round():

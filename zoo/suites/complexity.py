@@ -51,16 +51,16 @@ def measure(variant, profile):
     peaks on a GPU, and an error row where the variant's output is not finite."""
     table: dict[tuple[str, str, str], dict[int, tuple[int, int]]] = {}
     extra: list[Result] = []
-    for mode in modes_for(variant, profile.complexity_modes):
+    for mode in modes_for(variant, profile.of(SUITE).modes):
         def loads_at(n, only=None, mode=mode):  # baselines are compared in the non-causal mode only
             return self_attention_workloads(
-                variant, batch=1, d_model=profile.complexity_d_model, heads=profile.complexity_heads,
+                variant, batch=1, d_model=profile.of(SUITE).d_model, heads=profile.of(SUITE).heads,
                 n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
                 baselines=mode == "full", only=only,
             )
 
-        plan = plan_lengths(loads_at, profile.complexity_lengths, variant, {SDPA, comparator(variant)},
-                            profile.max_call_gflop, profile.max_call_gib)
+        plan = plan_lengths(loads_at, profile.of(SUITE).lengths, variant, {SDPA, comparator(variant)},
+                            profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib)
         extra += plan_rows(plan, variant.name, mode, "measured")
         for n in plan.lengths[variant.name]:
             loads = loads_at(n, only=plan.at(n))
@@ -140,8 +140,8 @@ def run_complexity(variant, profile):
 def count_forward(variant, profile, q_len: int, k_len: int, **kv_dims) -> int:
     """FLOPs of one forward call at (q_len, k_len) on the complexity shapes (``kdim``/``vdim`` where given)."""
     torch.manual_seed(profile.seed)
-    d_model, dtype = profile.complexity_d_model, getattr(torch, profile.dtype)
-    module = zoo.build(variant, d_model=d_model, num_heads=profile.complexity_heads, **kv_dims).to(profile.device, dtype)
+    d_model, dtype = profile.of(SUITE).d_model, getattr(torch, profile.dtype)
+    module = zoo.build(variant, d_model=d_model, num_heads=profile.of(SUITE).heads, **kv_dims).to(profile.device, dtype)
     query = torch.randn(1, q_len, d_model, device=profile.device, dtype=dtype)
     key, value = (torch.randn(1, k_len, kv_dims.get(dim) or d_model, device=profile.device, dtype=dtype)
                   for dim in ("kdim", "vdim"))
@@ -152,8 +152,8 @@ def count_forward(variant, profile, q_len: int, k_len: int, **kv_dims) -> int:
 def cross_shape(variant, profile) -> tuple[int, int, dict]:
     """The cross-attention shape the formula is also checked at: keys twice the queries' length and, where the
     variant takes them, key and value widths of their own, so no term of the formula can swap with another."""
-    q_len = profile.complexity_lengths[0]
-    kv = {"kdim": profile.complexity_d_model // 2, "vdim": profile.complexity_d_model * 2} \
+    q_len = profile.of(SUITE).lengths[0]
+    kv = {"kdim": profile.of(SUITE).d_model // 2, "vdim": profile.of(SUITE).d_model * 2} \
         if variant.tags.allows_kv_dims else {}
     return q_len, 2 * q_len, kv
 
@@ -172,8 +172,8 @@ def _formula_rows(variant, profile, table):
 
 def formula_row(variant, profile, q_len, k_len, kv, counted) -> Result:
     """The formula's FLOPs against the counted ones at one shape (passed within 1%)."""
-    expected = variant.flops(batch=1, q_len=q_len, k_len=k_len, d_model=profile.complexity_d_model,
-                             num_heads=profile.complexity_heads, **{**variant.options, **kv})
+    expected = variant.flops(batch=1, q_len=q_len, k_len=k_len, d_model=profile.of(SUITE).d_model,
+                             num_heads=profile.of(SUITE).heads, **{**variant.options, **kv})
     deviation = abs(counted - expected) / expected
     ok = deviation <= FORMULA_TOLERANCE
     setting = f"full fwd n={q_len}" if q_len == k_len and not kv else \
@@ -215,7 +215,7 @@ def details(board, variant) -> list:
 
 
 def section(board) -> zoo.Section:
-    results, settings, rows = board.results, board.settings, []
+    results, settings, rows, shapes = board.results, board.settings, [], board.settings_of(SUITE)
     for variant in board.variants:
         card = board.card(variant)
         for mode in ("full", "causal"):
@@ -239,7 +239,7 @@ def section(board) -> zoo.Section:
     text = ("Exponents fitted on log-log over the three largest lengths measured (FLOPs by FlopCounterMode, "
             "fused attention kernels included; peak live tensor memory by a dispatch mode). The verdict "
             "uses FLOPs and memory only (deterministic); the time exponent is from the speed suite. Shapes: batch 1, "
-            f"d_model {settings.get('complexity_d_model')}, {settings.get('complexity_heads')} head(s), "
+            f"d_model {shapes.d_model}, {shapes.heads} head(s), "
             f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.")
     mine = board.rows(SUITE)
     plots = [plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == phase)], check, f"{check}.png", label,
@@ -278,7 +278,16 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("flops-formula", "the plugin's analytic FLOP formula against the counted FLOPs", "rel. deviation"),
         zoo.Measure("cuda-allocator-peak", "the CUDA caching allocator's peak during one call (GPU runs)", "bytes"),
         zoo.Measure("plan", "a length the measurement plan left out, and why")),
-    section=section, columns=columns, details=details, order=20)
+    section=section, columns=columns, details=details, order=20,
+    # one head of 64, where the additive baseline still fits in memory; the measurement plan (zoo.plan) leaves
+    # out a length whose forward+backward call is predicted, from counted FLOPs and memory, to exceed the caps
+    settings={"d_model": 64, "heads": 1, "lengths": (256, 512, 1024, 2048), "modes": ("full", "causal"),
+              "max_call_gflop": 100.0, "max_call_gib": 4.0},
+    presets={"full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "max_call_gflop": 2500.0,
+                      "max_call_gib": 8.0},
+             "smoke": {"lengths": (64, 128, 256)}},
+    legacy={"complexity_d_model": "d_model", "complexity_heads": "heads", "complexity_lengths": "lengths",
+            "complexity_modes": "modes", "max_call_gflop": "max_call_gflop", "max_call_gib": "max_call_gib"})
 
 
 @zoo.hookimpl

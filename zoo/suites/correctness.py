@@ -27,7 +27,7 @@ GRADCHECK_LENGTH = 9  # a variant's check_options should make its chunks or bloc
 
 
 def _seeds(profile, salt: int):
-    return [profile.seed * 1000 + salt * 37 + i for i in range(profile.cases)]
+    return [profile.seed * 1000 + salt * 37 + i for i in range(profile.of(SUITE).cases)]
 
 
 def _setup(variant, case: Case, seed: int, dtype=torch.float64, scale: float = 1.0, device: str = "cpu"):
@@ -405,7 +405,9 @@ def section(board) -> zoo.Section:
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "each variant against its float64 reference and its baselines, and the properties any attention with its "
     "capabilities must keep", measures=tuple(zoo.Measure(c.name, c.summary) for c in CHECKS),
-    blocking=(FAILED, ERROR), required=True, section=section, order=10)
+    blocking=(FAILED, ERROR), required=True, section=section, order=10,
+    settings={"cases": 3},  # random cases per check, on small shapes
+    presets={"full": {"cases": 8}, "smoke": {"cases": 1}}, legacy={"cases": "cases"})
 
 
 @zoo.hookimpl

@@ -31,7 +31,8 @@ EVAL_SEED = 10_000
 
 def hyper_parameters(profile, task: Task | None = None) -> dict:
     """The same for every variant; the recall sweep trains longer (its hardest setting needs it)."""
-    steps = profile.quality_recall_steps if task is not None and task.pairs else profile.quality_steps
+    settings = profile.of(SUITE)
+    steps = settings.recall_steps if task is not None and task.pairs else settings.steps
     return {"d_model": 64, "heads": 4, "layers": 1, "batch": 32, "steps": steps,
             "optimizer": "AdamW", "lr": 3e-3, "weight_decay": 0.01}
 
@@ -99,15 +100,16 @@ def train(variant, task: Task, hp: dict, seed: int, max_gflop: float | None = No
 
 def run_quality(variant, profile):
     torch.set_num_threads(profile.threads)
+    settings = profile.of(SUITE)
     hp = hyper_parameters(profile)
     yield Result("hyper-parameters", MEASURED,
-                 detail=", ".join(f"{k}={v}" for k, v in hp.items()) + f"; seeds={profile.quality_seeds}; "
-                 f"recall sweep steps={profile.quality_recall_steps}")
+                 detail=", ".join(f"{k}={v}" for k, v in hp.items()) + f"; seeds={settings.seeds}; "
+                 f"recall sweep steps={settings.recall_steps}")
     for task in default_tasks():
         hp = hyper_parameters(profile, task)
         scores, seconds = [], []
-        for seed in range(profile.seed, profile.seed + profile.quality_seeds):
-            outcome = train(variant, task, hp, seed, profile.quality_task_max_gflop, profile.device)
+        for seed in range(profile.seed, profile.seed + settings.seeds):
+            outcome = train(variant, task, hp, seed, settings.task_max_gflop, profile.device)
             if outcome.skipped:
                 yield Result("accuracy", SKIPPED, task.name, detail=outcome.skipped)
                 break
@@ -260,7 +262,15 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("train-seconds", "training time per task, mean over seeds", "s"),
         zoo.Measure("recall-vs-pairs", "associative recall accuracy at a number of key-value pairs", "fraction"),
         zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant")),
-    profiles=("full",), carried=True, section=section, columns=columns, order=40)
+    profiles=("full",), carried=True, section=section, columns=columns, order=40,
+    # the training budget per task; a task whose counted training FLOPs (one step, counted, times the steps)
+    # exceed task_max_gflop is skipped before it starts (None: no cap)
+    settings={"steps": 300, "recall_steps": 600, "seeds": 2, "task_max_gflop": 5000.0},
+    presets={"full": {"steps": 600, "recall_steps": 1500, "seeds": 3, "task_max_gflop": 20000.0},  # 1500: long
+             # enough for softmax attention to learn the 32-pair setting here
+             "smoke": {"steps": 20, "recall_steps": 20, "seeds": 1, "task_max_gflop": None}},
+    legacy={"quality_steps": "steps", "quality_recall_steps": "recall_steps", "quality_seeds": "seeds",
+            "quality_task_max_gflop": "task_max_gflop"})
 
 
 @zoo.hookimpl

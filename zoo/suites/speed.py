@@ -53,8 +53,8 @@ def matmul_peak(threads: int, device: str = "cpu", dtype: str = "float32", size:
     return 2 * size ** 3 / seconds
 
 
-def _time_round_robin(fns: dict[str, callable], profile, count: str | None = None):
-    """Per-call seconds of each callable, over ``profile.repeats`` interleaved rounds.
+def _time_round_robin(fns: dict[str, callable], settings, count: str | None = None):
+    """Per-call seconds of each callable, over ``settings.repeats`` interleaved rounds.
 
     Each callable runs a call count calibrated once from a warm call (after a first, cold one), so a round
     costs every callable about ``round_seconds``; a cold call already ten rounds long needs no warm call
@@ -72,9 +72,9 @@ def _time_round_robin(fns: dict[str, callable], profile, count: str | None = Non
             counted = counts[0]
         else:
             cold = timed(fn)  # first-call costs (allocation, dispatch caches)
-        warm = cold if cold >= 10 * profile.round_seconds else timed(fn)
-        numbers[label] = max(1, int(profile.round_seconds / max(warm, 1e-9)))
-    return _rounds(timers, numbers, profile.repeats), counted
+        warm = cold if cold >= 10 * settings.round_seconds else timed(fn)
+        numbers[label] = max(1, int(settings.round_seconds / max(warm, 1e-9)))
+    return _rounds(timers, numbers, settings.repeats), counted
 
 
 def _rounds(timers, numbers, repeats: int) -> dict[str, list[float]]:
@@ -91,22 +91,22 @@ def relative_spread(values: list[float]) -> float:
     return iqr / median if median > 0 else 0.0
 
 
-def measure_cell(fns: dict[str, callable], profile, count: str | None = None):
+def measure_cell(fns: dict[str, callable], settings, count: str | None = None):
     """Interleaved rounds of every callable; while any callable's spread is over the profile's noise
-    threshold, more rounds are added (at most ``noise_retries`` times). Returns the samples, how many
+    threshold, more rounds are added (at most ``noise_retries`` times; ``settings``: the speed suite's). Returns the samples, how many
     times the cell was re-measured, and ``count``'s (FLOPs, ops) from its cold call (None without one)."""
-    samples, counted = _time_round_robin(fns, profile, count)
+    samples, counted = _time_round_robin(fns, settings, count)
     retries = 0
-    while retries < profile.noise_retries and max(map(relative_spread, samples.values())) > profile.noise_threshold:
+    while retries < settings.noise_retries and max(map(relative_spread, samples.values())) > settings.noise_threshold:
         retries += 1
-        more, _ = _time_round_robin(fns, profile)
+        more, _ = _time_round_robin(fns, settings)
         samples = {label: samples[label] + more[label] for label in samples}
     return samples, retries, counted
 
 
 def _loads_at(variant, profile, mode, n, only=None, peers=False):
     return self_attention_workloads(
-        variant, batch=profile.speed_batch, d_model=profile.speed_d_model, heads=profile.speed_heads,
+        variant, batch=profile.of(SUITE).batch, d_model=profile.of(SUITE).d_model, heads=profile.of(SUITE).heads,
         n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype, floors=True,
         peers=peers, only=only,
     )
@@ -152,8 +152,8 @@ def admit_peers(variant, loads, mode, n, dtype):
 
 def speed_plan(variant, profile, mode):
     """Which lengths the speed suite times, for the variant and what it is compared with (zoo.plan)."""
-    return plan_lengths(functools.partial(_loads_at, variant, profile, mode), profile.speed_lengths, variant,
-                        {SDPA, comparator(variant)}, profile.max_call_gflop, profile.max_call_gib)
+    return plan_lengths(functools.partial(_loads_at, variant, profile, mode), profile.of(SUITE).lengths, variant,
+                        {SDPA, comparator(variant)}, profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib)
 
 
 def run_speed(variant, profile):
@@ -162,7 +162,7 @@ def run_speed(variant, profile):
     where = f"{profile.threads} threads" if profile.device == "cpu" else profile.device
     yield Result("matmul-peak", MEASURED, f"{profile.dtype} 2048x2048 matmul, {where}", peak / 1e9, "GFLOP/s")
     yield Result("allocator", MEASURED, detail=allocator_setting())
-    for mode in modes_for(variant, profile.speed_modes):
+    for mode in modes_for(variant, profile.of(SUITE).modes):
         loads_at = functools.partial(_loads_at, variant, profile, mode)
         plan = speed_plan(variant, profile, mode)
         yield from plan_rows(plan, variant.name, mode, "timed")
@@ -177,7 +177,7 @@ def run_speed(variant, profile):
             if error:
                 yield error
                 continue
-            limit = profile.call_limit_seconds
+            limit = profile.of(SUITE).call_limit_seconds
             if limit is not None and (seconds := timed(loads[variant.name].train_step)) > limit:
                 stopped_by = (f"safety net: one forward+backward call took {seconds:.3g} s at n={n}, over the "
                               f"profile's {limit:g} s limit; not timed from this length on")
@@ -187,7 +187,7 @@ def run_speed(variant, profile):
             for phase in PHASES:
                 fns = {who: (load.forward if phase == "fwd" else load.train_step) for who, load in loads.items()
                        if phase == "fwd" or load.train_step is not None}
-                samples, retries, counted = measure_cell(fns, profile, count=variant.name)
+                samples, retries, counted = measure_cell(fns, profile.of(SUITE), count=variant.name)
                 yield from _rows(variant, profile, mode, phase, n, samples, retries, counted, peak)
                 for who, times in samples.items():
                     medians[phase].setdefault(who, {})[n] = statistics.median(times)
@@ -219,7 +219,7 @@ def _rows(variant, profile, mode, phase, n, samples, retries, counted, peak):
         ratio, ratio_iqr = _quartiles(ratios)
         yield Result(f"x-{who}", MEASURED, setting, ratio, "ratio",
                      f"variant time / {who} time per round; IQR {ratio_iqr:.3g}", samples=ratios, **tag)
-    yield Result("tokens-per-s", MEASURED, setting, profile.speed_batch * n / median, "tokens/s", **tag)
+    yield Result("tokens-per-s", MEASURED, setting, profile.of(SUITE).batch * n / median, "tokens/s", **tag)
     flops, kernels = counted
     yield Result("gflops", MEASURED, setting, flops / median / 1e9, "GFLOP/s", f"{flops:.4g} FLOPs counted", **tag)
     fused = sorted(op for op in kernels if "scaled_dot_product" in op)
@@ -247,13 +247,13 @@ def run_approximation_error(variant, profile):
     if reason:
         yield Result("approximation-error", SKIPPED, detail=reason)
         return
-    for mode in modes_for(variant, profile.speed_modes):
+    for mode in modes_for(variant, profile.of(SUITE).modes):
         for n in speed_plan(variant, profile, mode).lengths[variant.name]:
             tag = dict(n=n, mode=mode, phase="fwd")
             torch.manual_seed(profile.seed)
             try:  # one length failing (out of memory, say) costs that cell, not the other lengths and modes
-                module = zoo.build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads)
-                errors = approximation.errors_by_input(variant, module, n, profile.speed_d_model, profile.speed_heads,
+                module = zoo.build(variant, d_model=profile.of(SUITE).d_model, num_heads=profile.of(SUITE).heads)
+                errors = approximation.errors_by_input(variant, module, n, profile.of(SUITE).d_model, profile.of(SUITE).heads,
                                                        mode == "causal", profile.seed)
             except Exception as exc:
                 yield Result("approximation-error", ERROR, f"{mode} fwd n={n}", detail=describe_exception(exc), **tag)
@@ -271,12 +271,12 @@ def run_approximation_error(variant, profile):
 def _error_sweeps(variant, profile):
     """The approximation error at each value of each option the plugin sweeps (``Variant.error_sweeps``),
     at the reference length, non-causal: what the option buys in accuracy."""
-    n = profile.reference_length
+    n = profile.of(SUITE).reference_length
     for option, values in variant.error_sweeps.items():
         for value in values:
             torch.manual_seed(profile.seed)
-            module = zoo.build(variant, d_model=profile.speed_d_model, num_heads=profile.speed_heads, **{option: value})
-            errors = approximation.errors_by_input(variant, module, n, profile.speed_d_model, profile.speed_heads,
+            module = zoo.build(variant, d_model=profile.of(SUITE).d_model, num_heads=profile.of(SUITE).heads, **{option: value})
+            errors = approximation.errors_by_input(variant, module, n, profile.of(SUITE).d_model, profile.of(SUITE).heads,
                                                    False, profile.seed)
             easy = statistics.mean(error for family, error in errors.items() if family.easy)
             worst = max(errors, key=errors.get)
@@ -303,7 +303,7 @@ def ratio_header(kind: str, phase: str, n) -> str:
 
 
 def _is_noisy(board, variant, mode, phase, n) -> bool:
-    spread, threshold = board.value(variant, "time-spread", mode, phase, n), board.settings.get("noise_threshold")
+    spread, threshold = board.value(variant, "time-spread", mode, phase, n), board.settings_of(SUITE).noise_threshold
     return spread is not None and threshold is not None and spread > threshold
 
 
@@ -334,7 +334,7 @@ def _ratio_cell(board, variant, phase, n, notes=None) -> tuple[float | None, str
 
 def rank_figure(board, variant) -> zoo.RankFigure:
     """Forward+backward time relative to the op the variant's kind is compared with, at the reference length."""
-    n = board.settings.get("reference_length")
+    n = board.settings_of(SUITE).reference_length
     value, text = _ratio_cell(board, variant, RANK_PHASE, n)
     return zoo.RankFigure(ratio_header(board.kind(variant), RANK_PHASE, n), value, text)
 
@@ -349,7 +349,7 @@ def _approximation_missing(board, variant, n) -> str:
 
 def columns(board, variant) -> dict:
     """An approximation's cost in accuracy beside its speed, always; the ratios and the time at the reference n."""
-    n, kind = board.settings.get("reference_length"), board.kind(variant)
+    n, kind = board.settings_of(SUITE).reference_length, board.kind(variant)
     target = approximates(board.card(variant))
     if target is None:
         accuracy = "exact"
@@ -368,7 +368,7 @@ def columns(board, variant) -> dict:
 
 def _noise_line(board) -> str:
     spreads = board.results[board.results.check == "time-spread"].value.dropna()
-    threshold = board.settings.get("noise_threshold")
+    threshold = board.settings_of(SUITE).noise_threshold
     if spreads.empty:
         return "Noise: no timed cells on this board."
     over = int((spreads > threshold).sum()) if threshold is not None else 0
@@ -379,12 +379,12 @@ def _noise_line(board) -> str:
 
 
 def rank_intro(board) -> list[str]:
-    settings = board.settings
+    settings, mine = board.settings, board.settings_of(SUITE)
     return [
         "Like is compared with like: attention *cores* against "
         "torch SDPA, attention *layers* (with projections) against nn.MultiheadAttention(need_weights=False), "
-        f"each on the same shapes in the same process: non-causal, n = {settings.get('reference_length')}, batch "
-        f"{settings.get('speed_batch')}, {settings.get('speed_heads')} heads, d_model {settings.get('speed_d_model')}, "
+        f"each on the same shapes in the same process: non-causal, n = {mine.reference_length}, batch "
+        f"{mine.batch}, {mine.heads} heads, d_model {mine.d_model}, "
         f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads; lower is better. "
         "Variants without a time at that length come last, with the reason. \"exact\": the variant computes its "
         "own documented function exactly (not necessarily softmax). An approximation's error is measured against "
@@ -424,7 +424,7 @@ def _baseline_gap(board, variant, who, mode, n, notes) -> str:
 
 def section(board) -> zoo.Section:
     results, settings, variants = board.results, board.settings, board.variants
-    ref = settings.get("reference_length")
+    ref = board.settings_of(SUITE).reference_length
     speed = results[(results.suite == SUITE) & (results.check == "time")]
     lengths = sorted(int(n) for n in speed.n.dropna().unique())
     notes = Footnotes()
@@ -511,6 +511,13 @@ def section(board) -> zoo.Section:
     return zoo.Section("Speed", [text], tables, dict([plot]) if plot else {})
 
 
+def settle(settings: dict) -> dict:
+    """The reference length must be timed: when the lengths leave it out, the longest of them takes its place."""
+    lengths = tuple(sorted(set(settings["lengths"])))
+    reference = settings["reference_length"] if settings["reference_length"] in lengths else max(lengths)
+    return {**settings, "lengths": lengths, "reference_length": reference}
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "time per call against the op each kind is ranked against (torch SDPA, nn.MultiheadAttention) and the "
     "variant's own baselines, floors and peers, on the same shapes in one process", measures=(
@@ -535,7 +542,34 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("first-call", "a peer's first call, where compilation happens (<peer>-first-call)", "s"),
         zoo.Measure("agreement", "a peer's output against the variant's (<peer>-agreement)", "relative error"),
         zoo.Measure("plan", "a length the measurement plan left out, and why (<callable>-plan for another one)")),
-    section=section, columns=columns, ranking=zoo.Ranking(rank_figure, rank_intro), order=30)
+    section=section, columns=columns, ranking=zoo.Ranking(rank_figure, rank_intro), order=30,
+    settings={
+        "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full",),
+        "repeats": 5, "round_seconds": 0.02,
+        # the measurement plan (zoo.plan): a length is left out for a callable whose forward+backward call is
+        # predicted, from counted FLOPs and memory, to exceed these caps; no clock decides what is measured
+        "max_call_gflop": 100.0, "max_call_gib": 4.0,
+        # a cell whose IQR exceeds this fraction of its median is re-measured (up to noise_retries times, adding
+        # rounds) and, if still noisy, marked on the board
+        "noise_threshold": 0.2, "noise_retries": 1,
+        # a last-resort safety net, not a plan: a variant whose one warm call takes longer is not timed at larger
+        # lengths, and the board says so (None: none, as in the smoke profile: no clock decides anything there)
+        "call_limit_seconds": 30.0,
+        "reference_length": 1024,  # variants are ranked by fwd+bwd time / their comparator's at this n
+    },
+    presets={
+        "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "modes": ("full", "causal"), "repeats": 11,
+                 "round_seconds": 0.2, "max_call_gflop": 2500.0, "max_call_gib": 8.0, "call_limit_seconds": 60.0,
+                 "reference_length": 4096},
+        "smoke": {"d_model": 64, "heads": 2, "lengths": (64, 128, 256), "repeats": 2, "round_seconds": 0.005,
+                  "reference_length": 256, "call_limit_seconds": None},
+    },
+    legacy={"speed_batch": "batch", "speed_d_model": "d_model", "speed_heads": "heads", "speed_lengths": "lengths",
+            "speed_modes": "modes", "repeats": "repeats", "round_seconds": "round_seconds",
+            "max_call_gflop": "max_call_gflop", "max_call_gib": "max_call_gib", "noise_threshold": "noise_threshold",
+            "noise_retries": "noise_retries", "call_limit_seconds": "call_limit_seconds",
+            "reference_length": "reference_length"},
+    settle=settle)
 
 
 @zoo.hookimpl
