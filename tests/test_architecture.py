@@ -54,3 +54,24 @@ def test_each_suite_owns_its_settings_nested_in_the_profile_and_an_unknown_one_i
             resolve(PROFILES["quick"], suites, given)
     legacy = Profile.from_dict({"name": "quick", "speed_lengths": [256], "repeats": 7, "cases": 2}, suites)
     assert legacy.of("speed").lengths == (256,) and legacy.of("speed").repeats == 7 and legacy.of("correctness").cases == 2
+
+
+def test_every_public_name_of_the_zoo_says_what_it_is_for():
+    """Hook implementations are documented by their hook (zoo/hookspecs.py); forward/backward by their module."""
+    missing = []
+    for path in sorted((ROOT / "zoo").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+
+        def visit(nodes, prefix=""):
+            for node in nodes:
+                if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or node.name.startswith("_"):
+                    continue
+                if node.name.startswith("zoo_") or node.name in ("forward", "backward"):
+                    continue
+                if not ast.get_docstring(node):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {prefix}{node.name}")
+                if isinstance(node, ast.ClassDef):
+                    visit(node.body, f"{node.name}.")
+
+        visit(tree.body)
+    assert missing == []

@@ -36,6 +36,7 @@ class Inputs:
 
     @property
     def label(self) -> str:
+        """The family's name as the board shows it."""
         return f"{self.kind} beta={self.beta:g}"
 
 
@@ -82,6 +83,7 @@ def make_inputs(inputs: Inputs, batch: int, n: int, d_model: int, num_heads: int
 
 
 def split(x: Tensor, num_heads: int) -> Tensor:
+    """Heads of a (batch, n, d_model) tensor: (batch, heads, n, d_head)."""
     return x.double().unflatten(-1, (num_heads, -1)).transpose(1, 2)
 
 
@@ -163,4 +165,5 @@ def errors_by_input(variant, module, n: int, d_model: int, num_heads: int, is_ca
 
 
 def describe(errors: dict[Inputs, float]) -> str:
+    """Every input family's error, short, for a row's detail."""
     return ", ".join(f"{family.label}: {error:.3g}" for family, error in errors.items())

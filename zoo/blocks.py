@@ -47,6 +47,7 @@ class ProjectedAttention(nn.Module):
 
 
 def attention_layer(variant: Variant, d_model: int, num_heads: int, **options) -> nn.Module:
+    """A variant as a model's attention layer: a layer as it is, a core between projections."""
     module = build(variant, d_model=d_model, num_heads=num_heads, **options)
     return module if variant.tags.has_parameters else ProjectedAttention(module, d_model)
 

@@ -57,14 +57,17 @@ def fmt_ms(seconds, spread=None) -> str:
 
 
 def fmt_x(ratio) -> str:
+    """A ratio as '0.194x' ('' for none)."""
     return "" if ratio is None else f"{ratio:.3g}x"
 
 
 def fmt_g(value, spec: str = ".3g") -> str:
+    """A number in ``spec`` ('' for none)."""
     return "" if value is None else format(value, spec)
 
 
 def fmt_exp(value) -> str:
+    """A fitted exponent with two decimals ('' for none)."""
     return "" if value is None else f"{value:.2f}"
 
 
@@ -75,11 +78,13 @@ class Footnotes:
         self.reasons: list[str] = []
 
     def mark(self, reason: str) -> str:
+        """The mark of ``reason`` ('[k]'), numbered on first use."""
         if reason not in self.reasons:
             self.reasons.append(reason)
         return f"[{self.reasons.index(reason) + 1}]"
 
     def lines(self) -> list[str]:
+        """The numbered reasons as README lines (none without marks)."""
         if not self.reasons:
             return []
         return ["Empty cells:", "", *[f"{i}. {cell(r)}" for i, r in enumerate(self.reasons, 1)], ""]
@@ -98,6 +103,7 @@ def kind_of(card: dict) -> str:
 
 
 def origin_text(provenance: dict) -> str:
+    """Where a variant came from, short: its distribution and version, else its kind and file."""
     if provenance.get("distribution"):
         return f"{provenance.get('distribution')} {provenance.get('version')}"
     return f"{provenance.get('kind', '?')}: {Path(str(provenance.get('location', '?'))).name}"
@@ -169,6 +175,7 @@ class Board:
 
     @classmethod
     def of(cls, store: Store, run_id: str, suites: dict[str, Suite]) -> "Board":
+        """The board of ``run_id`` in ``store``, drawn by ``suites``."""
         results, jobs = board_rows(store, run_id)
         cards: dict[str, dict] = {}
         for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
@@ -182,15 +189,19 @@ class Board:
 
     @property
     def variants(self) -> list[str]:
+        """Every variant on the board, sorted."""
         return sorted(self.cards)
 
     def card(self, variant: str) -> dict:
+        """The card ``variant`` recorded with its latest job (summary, tags, claims, targets...)."""
         return self.cards.get(variant, {}).get("card", {})
 
     def kind(self, variant: str) -> str:
+        """'core' or 'layer': what the variant is compared like with."""
         return kind_of(self.card(variant))
 
     def suite(self, name: str) -> Suite:
+        """The suite named, registered or implicit."""
         return self.suites.get(name) or implicit_suite(name)
 
     def suite_order(self) -> list[str]:
@@ -206,6 +217,7 @@ class Board:
         return mine if not mine.empty or suite not in self.carried else self.carried[suite]
 
     def runs_of(self, suite: str) -> list[str]:
+        """The runs the suite's rows on the board come from."""
         return sorted(set(self.rows(suite).run_id))
 
     def source_text(self, suite: str) -> str:
@@ -234,15 +246,18 @@ class Board:
 
     @property
     def ranking_suite(self) -> Suite | None:
+        """The suite that ranks (the first by order), if any."""
         return next((s for s in sorted(self.suites.values(), key=lambda s: s.order) if s.ranking), None)
 
     @functools.cached_property
     def standings(self):
+        """Each variant's :class:`zoo.ranking.Standing` (computed once)."""
         from .ranking import gate
 
         return gate(self.results, self.suites)
 
     def ranked(self, variant: str) -> bool:
+        """Whether ``variant`` passes the gate."""
         return variant in self.standings and self.standings[variant].ranked
 
     def rank_figure(self, variant: str) -> RankFigure | None:
@@ -251,6 +266,7 @@ class Board:
         return suite.ranking.figure(self, variant) if suite else None
 
     def required_suites(self) -> list[str]:
+        """The suites ranking waits for, in board order."""
         return [name for name, suite in sorted(self.suites.items(), key=lambda item: item[1].order) if suite.required]
 
 

@@ -27,6 +27,7 @@ class Case:
     options: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
+        """The case as a row's setting ('batch=2 q_len=9 ...')."""
         parts = [f"batch={self.batch}", f"q_len={self.q_len}", f"k_len={self.k_len}",
                  f"d_model={self.d_model}", f"heads={self.num_heads}"]
         if self.kdim or self.vdim:
@@ -38,6 +39,7 @@ class Case:
         return " ".join(parts)
 
     def build(self, variant: Variant, dtype=torch.float64, device="cpu"):
+        """The variant's module for this case, in ``dtype`` on ``device``."""
         options = dict(self.options)
         if self.kdim or self.vdim:
             options.update(kdim=self.kdim, vdim=self.vdim)
@@ -45,6 +47,7 @@ class Case:
         return module.to(device=device, dtype=dtype)
 
     def inputs(self, seed: int, dtype=torch.float64, device="cpu", scale: float = 1.0):
+        """(query, key, value, mask) drawn from ``seed``."""
         generator = torch.Generator().manual_seed(seed)
 
         def randn(*shape):
@@ -56,6 +59,7 @@ class Case:
         return query, key, value, self.make_mask(generator, device)
 
     def make_mask(self, generator: torch.Generator, device="cpu"):
+        """The case's boolean mask (True = may attend), or None."""
         shape = (self.batch, 1, self.q_len, self.k_len)
         if self.mask is None:
             return None

@@ -56,6 +56,7 @@ class Result:
         self.status = Status(self.status).value
 
     def as_dict(self) -> dict[str, Any]:
+        """The row as plain data (what the worker sends and the store keeps)."""
         return asdict(self)
 
 
@@ -79,6 +80,7 @@ class Check:
     origin: "Origin | None" = None
 
     def validate(self) -> None:
+        """Refuse a name that is not a plain name, or a run/applies that cannot be called."""
         for attr in ("name", "suite"):
             value = getattr(self, attr)
             if not isinstance(value, str) or not NAME_PATTERN.match(value):

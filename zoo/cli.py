@@ -31,6 +31,7 @@ def _registry(args):
 
 
 def cmd_list(args) -> int:
+    """zoo list: one line per variant."""
     registry = _registry(args)
     names = registry.list_variants(args.pattern)
     if args.pattern and not names:
@@ -49,6 +50,7 @@ def _accuracy(variant) -> str:
 
 
 def cmd_show(args) -> int:
+    """zoo show NAME: a variant's card."""
     registry = _registry(args)
     v = registry.variant(args.name)
     print(f"{v.name}: {v.summary}")
@@ -77,6 +79,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_plugins(args) -> int:
+    """zoo plugins: what loaded from where, and what failed."""
     registry = _registry(args)
     for name, record in registry.plugins.items():
         o = record.origin
@@ -129,6 +132,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_run(args) -> int:
+    """zoo run / run-all: the harness (zoo.run), then the summary."""
     from .harness import run
 
     results = run(getattr(args, "names", None), filters=args.filter, suites=args.suite, profile=args.profile, out=args.out,
@@ -218,6 +222,7 @@ def _summary(results, suites) -> None:
 
 
 def cmd_leaderboard(args) -> int:
+    """zoo leaderboard: re-render a board from its runs, writing no store."""
     from .leaderboard import render
 
     store, path = _read_only_store(args.out)
@@ -274,6 +279,7 @@ def _leaderboard_by_device(store, out: Path, suites) -> int:
 
 
 def cmd_merge(args) -> int:
+    """zoo merge: other machines' runs into --out's."""
     from .folder import BoardFolder
 
     folder = BoardFolder(args.out)
@@ -285,6 +291,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_prune(args) -> int:
+    """zoo prune: the one command that removes runs."""
     from .folder import BoardFolder
 
     if bool(args.runs) == args.unshown:
@@ -307,6 +314,7 @@ def cmd_prune(args) -> int:
 
 
 def cmd_new(args) -> int:
+    """zoo new: a plugin distribution to start from."""
     from .scaffold import scaffold
 
     root = scaffold(args.name, args.dir)
@@ -356,6 +364,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    """zoo compare: what changed between two runs."""
     from tabulate import tabulate
 
     from .compare import PRACTICAL_CHANGE, differences, exponent_changes, status_changes, timing_changes
@@ -378,6 +387,7 @@ def cmd_compare(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
     common = _Parser(add_help=False)
     common.add_argument("--plugins-dir", action="append", default=[], metavar="DIR",
                         help="load every .py file in DIR as a plugin (repeatable; also $ZOO_PLUGINS_DIR)")
@@ -481,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; bad input is one line and exit 2, a signal a line and 128 + its number."""
     args = build_parser().parse_args(argv)
     previous = _terminate_like_ctrl_c()
     try:

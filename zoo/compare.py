@@ -94,6 +94,7 @@ def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
 
 
 def exponent_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Fitted exponents that moved by more than 0.1 between the runs."""
     ea, eb = _keyed(a, "exponent").value, _keyed(b, "exponent").value
     both = pd.concat({"before": ea, "after": eb}, axis=1).dropna()
     moved = both[(both.after - both.before).abs() > EXPONENT_MOVE]

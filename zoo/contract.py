@@ -91,6 +91,7 @@ class Tags:
                           DeprecationWarning, stacklevel=3)
 
     def describe(self) -> dict[str, bool]:
+        """Every capability and whether the variant has it."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "exact"}
 
 
@@ -144,6 +145,7 @@ class Target:
         return f"at most {self.at_most:.3g}" if self.at_most is not None else f"at least {self.at_least:.3g}"
 
     def met_by(self, value: float) -> bool:
+        """Whether a measured value meets the target's bounds."""
         return ((self.at_most is None or value <= self.at_most)
                 and (self.at_least is None or value >= self.at_least))
 
@@ -306,6 +308,7 @@ class Origin:
     version: str | None = None
 
     def label(self) -> str:
+        """Where a plugin came from, for messages ('name (kind: location)')."""
         if self.distribution:
             return f"{self.plugin} ({self.distribution} {self.version})"
         return f"{self.plugin} ({self.kind}: {self.location})"

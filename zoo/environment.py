@@ -39,6 +39,7 @@ def cache_env() -> dict[str, str]:
 
 
 def cpu_model() -> str:
+    """The CPU's model name (what figures are comparable across)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
@@ -96,6 +97,7 @@ def machine(device: str) -> dict[str, str]:
 
 
 def fingerprint(profile, device: str) -> dict[str, str]:
+    """What a run records of where it ran: versions, CPU, threads, device, allocator, host."""
     import torch
 
     import zoo

@@ -140,6 +140,7 @@ class RunRecords:
 
     @property
     def run_id(self) -> str:
+        """The run's id."""
         return self.run["run_id"]
 
     def lines(self) -> list[str]:
@@ -159,6 +160,7 @@ class RunRecords:
         return hashlib.sha256("\n".join(self.lines()).encode()).hexdigest()
 
     def describe(self) -> str:
+        """'N jobs, M rows', for messages."""
         return f"{len(self.jobs)} jobs, {len(self.results)} rows"
 
 

@@ -62,6 +62,7 @@ class BoardFolder:
     # --- opening ----------------------------------------------------------------------------------------
 
     def exists(self) -> bool:
+        """Whether the folder holds a database or an export."""
         return self.database.exists() or self.export.exists() or self.export.is_symlink()
 
     def for_writing(self) -> Store:
@@ -211,6 +212,7 @@ class BoardFolder:
         return os.access(self.path, os.W_OK)
 
     def path_must_be_writable(self) -> None:
+        """Make the folder, or refuse in one line why it cannot be written."""
         if self.path.exists() and not self.path.is_dir():
             raise FolderError(f"--out: {str(self.path)!r} is a file, not a folder")
         try:

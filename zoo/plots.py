@@ -21,6 +21,7 @@ def save(plt, fig, name: str) -> tuple[str, bytes]:
 
 
 def pyplot():
+    """matplotlib's pyplot on the non-interactive backend."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -41,6 +41,7 @@ class Profile:
         return SimpleNamespace(**self.suites[suite])
 
     def as_dict(self) -> dict:
+        """The profile as plain data (what a run records and a worker reads)."""
         data = dataclasses.asdict(self)
         data["suites"] = {name: dict(values) for name, values in self.suites.items()}
         return data

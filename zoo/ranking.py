@@ -30,6 +30,7 @@ class Standing:
 
     @property
     def ranked(self) -> bool:
+        """Ranked: checked, and nothing blocks it."""
         return self.checked and not self.reasons
 
 
@@ -66,6 +67,7 @@ def standing_text(standing: Standing, required: list[str]) -> str:
 
 
 def gate_sentence(board: Board) -> str:
+    """The gate in one sentence, for the ranking's intro."""
     required = " and ".join(board.required_suites()) or "no"
     return (f"Ranked only when the {required} suite ran on the variant's measured source and every check passed, "
             "with no error in any suite (NaN or inf outputs included).")
@@ -130,6 +132,7 @@ def unranked_lines(board: Board, unranked: list[str]) -> list[str]:
 
 
 def why_unranked(board: Board, variant: str) -> str:
+    """Why ``variant`` is not ranked, for the page."""
     standing = board.standings.get(variant)
     if standing and standing.reasons:
         return "; ".join(standing.reasons[:3])

@@ -32,6 +32,7 @@ FIND_THE_ADDRESS = ("the head node's `ray start --head` prints it (its GCS, port
 
 
 def require_ray():
+    """Ray, or one line saying how to install it."""
     try:
         import ray
     except ImportError:
@@ -133,6 +134,7 @@ def stderr_into(path: Path):
 
 
 class RayExecutor:
+    """Runs each job as a Ray task on a cluster (see the module)."""
     def __init__(self, options: RunOptions) -> None:
         self.options = options
         self.ray = require_ray()
@@ -177,6 +179,7 @@ class RayExecutor:
         raise OptionError(f"--executor ray: each job asks for {asked}, and no node of {cluster} has that (nodes: {offered})")
 
     def run(self, jobs: list[Job], on_check, on_job) -> None:
+        """Start or join the cluster, run every job, report each as it finishes."""
         ray = self.ray
         self._start()
         try:

@@ -53,16 +53,19 @@ class PluginLoadError(ZooError):
 
 @dataclass(frozen=True)
 class PluginFailure:
+    """A plugin that failed to load or register, and why."""
     plugin: str
     origin: str
     error: str
 
     def message(self) -> str:
+        """The failure in one line."""
         return f"plugin {self.plugin!r} ({self.origin}) failed: {self.error}"
 
 
 @dataclass
 class PluginRecord:
+    """What one plugin provided, and where it came from."""
     origin: Origin
     variants: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
@@ -202,6 +205,7 @@ class Registry:
         self.failures.append(PluginFailure(origin.plugin, origin.label(), error))
 
     def load_module(self, module_name: str, origin_kind: str, plugin_name: str | None = None, **extra: Any) -> None:
+        """Import a module by name and add it as a plugin (an import error is a failure)."""
         name = plugin_name or module_name.rsplit(".", 1)[-1]
         origin = Origin(plugin=name, kind=origin_kind, location=module_name, **extra)
         if self._filtered(origin):
@@ -215,6 +219,7 @@ class Registry:
         self.add_plugin(module, origin)
 
     def load_core(self) -> None:
+        """The zoo's own suites (zoo.suites.*)."""
         for package_name in CORE_PACKAGES:
             package = importlib.import_module(package_name)
             for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
@@ -227,12 +232,14 @@ class Registry:
                 self.load_module(f"{package_name}.{info.name}", "core")
 
     def load_builtins(self) -> None:
+        """The built-in variant plugins (package zoo_builtins)."""
         package = importlib.import_module(BUILTIN_PACKAGE)
         for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
             if not info.name.startswith("_"):
                 self.load_module(f"{BUILTIN_PACKAGE}.{info.name}", "builtin")
 
     def load_entry_points(self) -> None:
+        """Installed distributions with an entry point in group zoo."""
         if os.environ.get(ENV_NO_AUTOLOAD, "").strip() not in ("", "0"):
             return
         for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
@@ -252,6 +259,7 @@ class Registry:
             self.add_plugin(plugin, dataclasses.replace(origin, location=file or ep.value))
 
     def load_directory(self, directory: str | os.PathLike) -> None:
+        """Every .py file of a plugins directory."""
         path = Path(directory)
         if not path.is_dir():
             self.failures.append(PluginFailure(str(path), "plugins directory", "no such directory"))
@@ -288,6 +296,7 @@ class Registry:
     # -- lookup --------------------------------------------------------------------------------
 
     def variant(self, name: str) -> Variant:
+        """The registered variant named, or one line with the closest names."""
         if not isinstance(name, str):
             raise UnknownVariantError(f"a variant name must be a string, got {name!r}")
         try:
@@ -306,6 +315,7 @@ class Registry:
         return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
 
     def checks_for(self, suite: str | None = None) -> list[Check]:
+        """The checks of one suite (or all)."""
         return [c for c in self.checks if suite is None or c.suite == suite]
 
     def suite(self, name: str) -> Suite:
@@ -332,6 +342,7 @@ class _RecordingRegister:
 
 
 def plugin_dirs_from_env() -> list[str]:
+    """The plugin folders $ZOO_PLUGINS_DIR names (an os.pathsep-separated list)."""
     return [p for p in os.environ.get(ENV_PLUGINS_DIR, "").split(os.pathsep) if p]
 
 

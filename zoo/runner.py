@@ -69,6 +69,7 @@ class Job:
 
 @dataclass
 class RunOptions:
+    """What every worker of a run needs: the profile, limits, plugin folders, where temporary files go."""
     profile: Profile
     timeout_seconds: float
     plugins_dirs: list[str] = field(default_factory=list)
@@ -78,6 +79,7 @@ class RunOptions:
 
 
 def now() -> str:
+    """The time in UTC, as runs record it."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -110,7 +112,8 @@ class Executor(Protocol):
     each finished job, done or not (``on_job``, with an ``error`` row when the job did not finish).
     """
 
-    def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None: ...
+    def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
+        """Run ``jobs``, reporting each finished check and job."""
 
 
 class LocalExecutor:
@@ -120,6 +123,7 @@ class LocalExecutor:
         self.options = options
 
     def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
+        """Each variant's jobs in a worker of its own, one variant at a time."""
         remove_stale_scratch()
         by_variant: dict[str, list[Job]] = {}
         for job in jobs:
@@ -159,6 +163,7 @@ class CtrlC:
         raise KeyboardInterrupt(signum)
 
     def check(self) -> None:
+        """Stop now if a signal came (its KeyboardInterrupt may have been swallowed)."""
         if self.pressed is not None:
             raise KeyboardInterrupt(self.pressed)
 
@@ -291,6 +296,7 @@ def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_p
 
 
 def plan_jobs(variants: list[str], suites: list[str]) -> list[Job]:
+    """One job per (variant, suite)."""
     return [Job(variant, suite) for variant in variants for suite in suites]
 
 

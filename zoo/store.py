@@ -131,6 +131,7 @@ class Store:
 
     @property
     def label(self) -> str:
+        """What messages call the store: its path."""
         return str(self.path)
 
     # --- connections -------------------------------------------------------------------------------------
@@ -255,6 +256,7 @@ class Store:
         return run_id
 
     def finish_run(self, run_id: str, finished: str) -> None:
+        """Mark a run finished."""
         with self._db() as db:
             db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (finished, run_id))
 
@@ -288,19 +290,23 @@ class Store:
     # --- reading ---------------------------------------------------------------------------------------------
 
     def runs(self) -> pd.DataFrame:
+        """Every run, oldest first."""
         with self._db() as db:
             return pd.read_sql_query("SELECT * FROM runs ORDER BY started, run_id", db)
 
     def latest_run(self, unfinished: bool = False) -> str | None:
+        """The id of the latest run (``unfinished``: of those not finished), or None."""
         runs = self.runs()
         if unfinished:
             runs = runs[runs["finished"].isna()]
         return None if runs.empty else str(runs["run_id"].iloc[-1])
 
     def environment(self, run_id: str) -> dict:
+        """A run's environment fingerprint."""
         return self._run_json(run_id, "environment")
 
     def settings(self, run_id: str) -> dict:
+        """A run's settings (its profile, as recorded)."""
         return self._run_json(run_id, "settings")
 
     def _run_json(self, run_id: str, column: str) -> dict:
@@ -309,6 +315,7 @@ class Store:
         return json.loads(row[0]) if row else {}
 
     def results(self, run_id: str) -> pd.DataFrame:
+        """A run's rows, samples read back as lists."""
         with self._db() as db:
             present = _columns(db)
             selected = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in RESULT_COLUMNS)
@@ -325,6 +332,7 @@ class Store:
         return sorted(kinds) or [device_kind(environment)]
 
     def jobs(self, run_id: str) -> pd.DataFrame:
+        """A run's jobs, provenance read back as dicts."""
         with self._db() as db:
             frame = pd.read_sql_query("SELECT * FROM jobs WHERE run_id = ?", db, params=(run_id,))
         frame["provenance"] = frame["provenance"].map(json.loads)
@@ -387,6 +395,7 @@ class Store:
             return dict(db.execute("SELECT run_id, digest FROM exported").fetchall())
 
     def set_exported(self, digests: dict[str, str]) -> None:
+        """Record each run's digest as the export now holds it."""
         with self._db() as db:
             db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(digests.items()))
 

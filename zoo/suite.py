@@ -130,6 +130,7 @@ class Suite:
     origin: "Origin | None" = None
 
     def validate(self) -> None:
+        """Refuse what the harness could not use (a bad name, an unknown status, a preset of unknown settings)."""
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
             raise RegistrationError(f"suite name {self.name!r} does not match {NAME_PATTERN.pattern}")
         if not isinstance(self.summary, str) or not self.summary.strip():
@@ -157,6 +158,7 @@ class Suite:
         return self.profiles is None or profile in self.profiles
 
     def blocks(self, status: str) -> bool:
+        """Whether a row of this status keeps its variant out of the ranking."""
         return status == ERROR or status in self.blocking
 
 

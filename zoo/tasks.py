@@ -16,6 +16,7 @@ IGNORE = -100
 
 @dataclass(frozen=True)
 class Task:
+    """A synthetic task: how to draw examples, its vocabulary and classes, and what it shows."""
     name: str
     summary: str
     kind: str  # "sequence" or "image"
@@ -27,6 +28,7 @@ class Task:
 
     @property
     def chance(self) -> float:
+        """The accuracy of guessing."""
         return 1.0 / self.classes
 
 
@@ -102,4 +104,5 @@ COPY_LENGTH = 144  # one layer with a window of 128 reaches 128 positions back: 
 
 
 def default_tasks() -> list[Task]:
+    """The quality suite's tasks."""
     return [*recall_sweep(), copy_from(COPY_LENGTH - 8, COPY_LENGTH), copy_from(8, COPY_LENGTH), shapes()]

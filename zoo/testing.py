@@ -36,10 +36,12 @@ class CheckOutcome:
 
     @property
     def smallest_failure(self) -> Result | None:
+        """The failing row of the smallest case (the easiest to debug)."""
         failures = [r for r in self.rows if r.status in (FAILED, ERROR)]
         return min(failures, key=lambda r: _case_size(r.setting)) if failures else None
 
     def describe(self) -> str:
+        """The outcome in one line."""
         if self.status == SKIPPED:
             return f"{self.check}: skipped ({self.reason})"
         if self.status == PASSED:
@@ -71,6 +73,7 @@ def _resolve(variant: Variant | str, registry=None) -> Variant:
 
 
 def run_check(check: Check, variant: Variant, profile: Profile) -> CheckOutcome:
+    """One check on one variant, as an outcome."""
     rows = run_check_rows(check, variant, profile)
     statuses = {r.status for r in rows}
     if statuses <= {SKIPPED}:  # ruled out by the tags, or e.g. no baselines declared: nothing was checked
@@ -80,6 +83,7 @@ def run_check(check: Check, variant: Variant, profile: Profile) -> CheckOutcome:
 
 
 def correctness_checks(registry=None) -> list[Check]:
+    """The correctness suite's checks."""
     from .api import default_registry
 
     return (registry or default_registry()).checks_for(SUITE)

@@ -17,6 +17,7 @@ from .profiles import Profile
 
 
 def run_jobs(spec: dict, out: IO[str]) -> None:
+    """Run the spec's jobs, one JSON line per finished check and job."""
     import torch
 
     from .environment import machine
@@ -45,6 +46,7 @@ def run_jobs(spec: dict, out: IO[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """python -m zoo.worker SPEC OUT."""
     spec_path, out_path = (argv or sys.argv[1:])[:2]
     with open(spec_path) as handle:
         spec = json.load(handle)

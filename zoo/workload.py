@@ -23,11 +23,13 @@ from .functional import call_torch_mha
 
 
 def comparator(variant: Variant) -> str:
+    """The op the variant's kind is compared with."""
     return COMPARATORS[variant.kind]
 
 
 @dataclass
 class Workload:
+    """A forward and a training step of one callable on fixed inputs."""
     forward: Callable[[], object]
     """One call without autograd; returns the output (checked for NaN/inf outside the timed loop)."""
     train_step: Callable[[], None] | None

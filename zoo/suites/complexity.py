@@ -109,6 +109,7 @@ def _crossover(lengths, ours, theirs, claimed: float) -> tuple[float | None, str
 
 
 def run_complexity(variant, profile):
+    """The complexity check: counts, exponents against the claims, crossover, memory ratios, the FLOP formula."""
     table, extra = measure(variant, profile)
     yield from extra
     for (who, mode, phase), by_n in sorted(table.items()):
@@ -187,6 +188,7 @@ def formula_row(variant, profile, q_len, k_len, kv, counted) -> Result:
 
 
 def claims_verdict(board, variant) -> str:
+    """'hold', 'VIOLATED: ...' or 'not measured' for the variant's complexity claims and FLOP formula."""
     rows = board.results
     verdicts = rows[(rows.variant == variant) & rows.check.isin(["flops-exponent", "memory-exponent", "flops-formula"])]
     if (verdicts.status == FAILED).any():
@@ -203,6 +205,7 @@ def columns(board, variant) -> dict:
 
 
 def details(board, variant) -> list:
+    """The variant page's table of claimed and measured exponents."""
     card = board.card(variant)
     mine = board.results[board.results.variant == variant]
     exponent = {(r.check, r.mode, r.phase): r.value for r in mine.itertuples() if r.check.endswith("-exponent")}
@@ -215,6 +218,7 @@ def details(board, variant) -> list:
 
 
 def section(board) -> zoo.Section:
+    """The complexity section: exponents and verdicts, GPU memory, the FLOP and memory plots."""
     results, settings, rows, shapes = board.results, board.settings, [], board.settings_of(SUITE)
     for variant in board.variants:
         card = board.card(variant)

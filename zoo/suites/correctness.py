@@ -70,6 +70,7 @@ def _reference_errors(variant, case: Case, seeds, dtype, device: str = "cpu", re
 
 
 def check_reference(dtype, tolerance):
+    """A check against the float64 reference in ``dtype``, to ``tolerance``."""
     def run(variant, profile):
         name = f"reference-{str(dtype).removeprefix('torch.')}"
         for case in cases_for(variant):
@@ -95,6 +96,7 @@ def check_low_precision(variant, profile):
 
 
 def check_baselines(variant, profile):
+    """The variant against each of its baselines, float64."""
     if not variant.baselines:
         yield Result("baselines", SKIPPED, detail="variant declares no baselines")
         return
@@ -111,6 +113,7 @@ def check_baselines(variant, profile):
 
 
 def check_gradients(variant, profile):
+    """torch.autograd.gradcheck on inputs and parameters, at lengths that span the check options' chunks."""
     tags = variant.tags
     k_len = 4 if tags.allows_different_lengths else 3
     cases = [Case(batch=1, q_len=3, k_len=k_len, d_model=4, num_heads=2)]
@@ -179,6 +182,7 @@ def check_permutation(name: str, salt: int, what: str, permute_keys: bool):
 
 
 def check_batch_independence(variant, profile):
+    """Changing one batch element leaves the others' outputs as they were."""
     case = Case(batch=3, q_len=8, k_len=8, options=dict(variant.check_options))
     for seed in _seeds(profile, 6):
         module, (q, k, v, _) = _setup(variant, case, seed)
@@ -197,6 +201,7 @@ def _grad(x: torch.Tensor) -> torch.Tensor:
 
 
 def check_causal_leak(variant, profile):
+    """Future tokens change neither earlier outputs nor their gradients."""
     case = Case(batch=2, q_len=10, k_len=10, causal=True, options=dict(variant.check_options))
     cut = 6
     for seed in _seeds(profile, 7):
@@ -214,6 +219,7 @@ def check_causal_leak(variant, profile):
 
 
 def check_masked_keys(variant, profile):
+    """Masked keys change neither the outputs nor their gradients."""
     case = Case(batch=2, q_len=8, k_len=8, mask="padding", options=dict(variant.check_options))
     for seed in _seeds(profile, 8):
         module, (q, k, v, mask) = _setup(variant, case, seed)
@@ -231,6 +237,7 @@ def check_masked_keys(variant, profile):
 
 
 def check_empty_rows(variant, profile):
+    """A fully masked query row is finite, ignores the keys and (without parameters) is zero."""
     case = Case(batch=2, q_len=9, k_len=9, mask="empty-rows", options=dict(variant.check_options))
     for seed in _seeds(profile, 9):
         module, (q, k, v, mask) = _setup(variant, case, seed)
@@ -299,6 +306,7 @@ def check_device_placement(variant, profile):
 
 
 def check_deterministic(variant, profile):
+    """Two identical calls give identical outputs."""
     for case in cases_for(variant):
         module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 11)[0], torch.float32)
         with torch.no_grad():
@@ -309,6 +317,7 @@ def check_deterministic(variant, profile):
 
 
 def check_large_magnitude(variant, profile):
+    """Inputs scaled by 1e4 give finite outputs."""
     for case in cases_for(variant):
         module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 12)[0], torch.float32, scale=1e4)
         with torch.no_grad():

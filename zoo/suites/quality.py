@@ -38,6 +38,7 @@ def hyper_parameters(profile, task: Task | None = None) -> dict:
 
 
 def make_model(variant, task: Task, hp: dict) -> torch.nn.Module:
+    """The model a task trains: a sequence model or a small vision transformer around the variant."""
     size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"])
     if task.kind == "image":
         return VisionTransformer(variant, image_size=16, patch_size=4, channels=1, classes=task.classes, **size)
@@ -51,6 +52,7 @@ def _loss(model, inputs, targets):
 
 @torch.no_grad()
 def accuracy(model, task: Task, device: str = "cpu") -> float:
+    """The model's accuracy on fresh examples of the task."""
     model.eval()
     inputs, targets = (t.to(device) for t in task.make(torch.Generator().manual_seed(EVAL_SEED), EVAL_EXAMPLES))
     predictions = model(inputs).argmax(dim=-1)
@@ -99,6 +101,7 @@ def train(variant, task: Task, hp: dict, seed: int, max_gflop: float | None = No
 
 
 def run_quality(variant, profile):
+    """Train on every task over the profile's seeds; accuracy per task and the recall curve."""
     torch.set_num_threads(profile.threads)
     settings = profile.of(SUITE)
     hp = hyper_parameters(profile)
@@ -154,6 +157,7 @@ def columns(board, variant) -> dict:
 
 
 def section(board) -> zoo.Section:
+    """The quality section: accuracy per task and the recall-versus-pairs curve, with their plots."""
     quality = board.rows(SUITE)
     scores = quality[quality.check == "accuracy"]
     if scores.empty:

@@ -34,6 +34,7 @@ ALLOCATOR_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 
 
 def allocator_setting() -> str:
+    """The allocator settings the worker runs with (pinned or not)."""
     pinned = [f"{name}={os.environ[name]}" for name in ALLOCATOR_VARIABLES if name in os.environ]
     return " ".join(pinned) or "glibc default (not pinned)"
 
@@ -157,6 +158,7 @@ def speed_plan(variant, profile, mode):
 
 
 def run_speed(variant, profile):
+    """The speed check: every planned length and mode, fwd and fwd+bwd, with ratios and rates."""
     torch.set_num_threads(profile.threads)
     peak = matmul_peak(profile.threads, profile.device, profile.dtype)
     where = f"{profile.threads} threads" if profile.device == "cpu" else profile.device
@@ -299,6 +301,7 @@ def _versus(board, variant) -> str:
 
 
 def ratio_header(kind: str, phase: str, n) -> str:
+    """The ranked table's column for a kind's ratio at (phase, n)."""
     return f"time / {COMPARATOR_LABELS[COMPARATORS[kind]]}, {phase}, n={n}"
 
 
@@ -379,6 +382,7 @@ def _noise_line(board) -> str:
 
 
 def rank_intro(board) -> list[str]:
+    """What the ranking compares, for the board's header, and the board's noise."""
     settings, mine = board.settings, board.settings_of(SUITE)
     return [
         "Like is compared with like: attention *cores* against "
@@ -423,6 +427,7 @@ def _baseline_gap(board, variant, who, mode, n, notes) -> str:
 
 
 def section(board) -> zoo.Section:
+    """The speed section: times and ratios per length, baselines and peers, error sweeps, rates, the time plot."""
     results, settings, variants = board.results, board.settings, board.variants
     ref = board.settings_of(SUITE).reference_length
     speed = results[(results.suite == SUITE) & (results.check == "time")]
