@@ -117,9 +117,9 @@ def zoo_register_variants(register):
         baselines={"complex-rope": complex_rotation},
         flops=flops,
         targets=(
-            zoo.Target("x-torch-mha-layer", 1.05, phase="fwd",
+            zoo.Target("time-ratio", versus="torch-mha-layer", at_most=1.05, phase="fwd",
                        note="rotations nearly free: within 1.05x of nn.MultiheadAttention (no positions) forward"),
-            zoo.Target("x-complex-rope", 1.0, phase="fwd+bwd",
+            zoo.Target("time-ratio", versus="complex-rope", at_most=1.0, phase="fwd+bwd",
                        note="no slower than RoPE written with complex numbers (Llama's reference code)"),
         ),
     ))

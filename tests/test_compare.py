@@ -9,7 +9,7 @@ from zoo.compare import differences, ratio_interval, timing_changes
 
 def _run(samples: list[float]) -> pd.DataFrame:
     median = sorted(samples)[len(samples) // 2]
-    return pd.DataFrame([{"variant": "v", "check": "time", "mode": "full", "phase": "fwd", "n": 1024, "unit": "s",
+    return pd.DataFrame([{"variant": "v", "check": "time", "versus": "", "mode": "full", "phase": "fwd", "n": 1024, "unit": "s",
                           "status": "measured", "value": median, "samples": samples}])
 
 

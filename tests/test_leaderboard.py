@@ -97,22 +97,24 @@ def test_line_end_labels_never_overlap_and_every_line_looks_different():
 def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_still_read():
     from zoo.leaderboard import _target_rows
 
-    where = {"variant": "v", "mode": "full", "phase": "fwd"}
+    where = {"variant": "v", "mode": "full", "phase": "fwd", "versus": ""}
     results = pd.DataFrame([{**where, "check": "peak-fraction", "n": 16384, "value": 0.55},
                             {**where, "check": "peak-fraction", "n": 4096, "value": 0.3},
-                            {**where, "check": "x-torch-sdpa", "n": 16384, "value": 0.05}])
+                            {**where, "check": "time-ratio", "versus": "torch-sdpa", "n": 16384, "value": 0.05}])
     target = {"mode": "full", "phase": "fwd", "n": 16384, "note": ""}
     cards = {"v": {"card": {"targets": [
         {**target, "check": "peak-fraction", "at_most": None, "at_least": 0.4},
         {**target, "check": "peak-fraction", "at_most": None, "at_least": 0.6},
         {**target, "check": "peak-fraction", "at_most": None, "at_least": 0.4, "n": None},
-        {**target, "check": "x-torch-sdpa", "at_most": 0.0667},  # recorded before at_least existed
+        {**target, "check": "x-torch-sdpa", "at_most": 0.0667},  # recorded before at_least and versus existed
+        {**target, "check": "time-ratio", "versus": "torch-sdpa", "at_most": 0.04, "at_least": None},
         {**target, "check": "backward-cost", "at_most": 3}]}}}
     from zoo.board import Board
+    from zoo.leaderboard import registered_suites
 
-    rows = _target_rows(Board("r", {}, {}, results, pd.DataFrame(), cards, {}))
+    rows = _target_rows(Board("r", {}, {}, results, pd.DataFrame(), cards, registered_suites()))
     assert [(r["goal"], r["verdict"]) for r in rows] == [
         ("at least 0.4", "met"), ("at least 0.6", "not met"), ("at least 0.4", "not met"),
-        ("at most 0.0667", "met"),
+        ("at most 0.0667", "met"), ("at most 0.04", "not met"),
         ("at most 3", "not measured in this run")]
     assert rows[2]["measured"] == "n=16384: 0.55, n=4096: 0.3"

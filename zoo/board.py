@@ -22,7 +22,7 @@ from tabulate import tabulate
 from .checks import PASSED
 from .environment import COMPARABLE_ENVIRONMENT
 from .store import Store
-from .suite import RankFigure, Suite, implicit_suite
+from .suite import RankFigure, Suite, implicit_suite, upgrade_rows
 
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 KIND_TITLES = {"core": "Attention cores (no parameters)", "layer": "Attention layers (with projections)"}
@@ -177,12 +177,13 @@ class Board:
     def of(cls, store: Store, run_id: str, suites: dict[str, Suite]) -> "Board":
         """The board of ``run_id`` in ``store``, drawn by ``suites``."""
         results, jobs = board_rows(store, run_id)
+        results = upgrade_rows(results, suites)
         cards: dict[str, dict] = {}
         for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
             cards.setdefault(job.variant, job.provenance)
         present = set(results.suite)
-        carried = {name: rows for name, suite in suites.items() if suite.carried and name not in present
-                   and not (rows := _carried_rows(store, name)).empty}
+        carried = {name: upgrade_rows(rows, suites) for name, suite in suites.items() if suite.carried
+                   and name not in present and not (rows := _carried_rows(store, name)).empty}
         return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried)
 
     # --- who is on it -----------------------------------------------------------------------------------
@@ -231,10 +232,11 @@ class Board:
         return Profile.from_dict(self.settings, self.suites).of(suite)
 
     def value(self, variant: str | None, check: str, mode: str = "", phase: str = "", n=None,
-              rows: pd.DataFrame | None = None):
-        """The (last) value of ``check`` for ``variant`` at (mode, phase, n), or None."""
+              rows: pd.DataFrame | None = None, versus: str = ""):
+        """The (last) value of ``check`` for ``variant`` at (mode, phase, n), or None; ``versus``: the row about
+        (or compared with) that callable instead of the variant's own."""
         rows = self.results if rows is None else rows
-        rows = rows[(rows.check == check) & (rows["mode"] == mode) & (rows.phase == phase)]
+        rows = rows[(rows.check == check) & (rows["mode"] == mode) & (rows.phase == phase) & (rows.versus == versus)]
         if variant is not None:
             rows = rows[rows.variant == variant]
         if n is not None:

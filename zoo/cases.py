@@ -38,6 +38,13 @@ class Case:
             parts.append(f"mask={self.mask}")
         return " ".join(parts)
 
+    def params(self) -> dict[str, Any]:
+        """The case's shape and mode as a row's ``params`` (what ``zoo.testing`` orders failures by)."""
+        shape = {"batch": self.batch, "q_len": self.q_len, "k_len": self.k_len, "d_model": self.d_model,
+                 "heads": self.num_heads, "causal": self.causal}
+        extra = {"kdim": self.kdim, "vdim": self.vdim, "mask": self.mask}
+        return {**shape, **{k: v for k, v in extra.items() if v is not None}}
+
     def build(self, variant: Variant, dtype=torch.float64, device="cpu"):
         """The variant's module for this case, in ``dtype`` on ``device``."""
         options = dict(self.options)

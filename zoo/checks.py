@@ -37,7 +37,12 @@ BAD = (FAILED.value, ERROR.value)
 
 @dataclass
 class Result:
-    """One tidy row: a verdict (passed/failed/skipped/error) or a measurement (measured)."""
+    """One tidy row: a verdict (passed/failed/skipped/error) or a measurement (measured).
+
+    What a row is about is typed: ``check`` is the kind of row (a :class:`zoo.Measure` of its suite), ``versus``
+    the callable it compares with or measures instead of the variant (empty: the variant itself), ``params``
+    named values it was measured at beyond ``n``/``mode``/``phase`` (a correctness case's shape, a swept
+    option). ``setting`` and ``detail`` are for people; nothing reads them back."""
 
     check: str
     status: str
@@ -49,6 +54,8 @@ class Result:
     mode: str = ""  # "full" or "causal"
     phase: str = ""  # "fwd" or "fwd+bwd"
     samples: list[float] | None = None  # per-round measurements behind ``value`` (timings), for `zoo compare`
+    versus: str = ""  # the other callable the row is about: a ratio's denominator, or whose time/count/plan it is
+    params: dict[str, Any] | None = None  # what else the row was measured at, by name: a case's shape, an option
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

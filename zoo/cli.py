@@ -73,7 +73,8 @@ def cmd_show(args) -> int:
     if v.peers:
         print(f"  peers:      {', '.join(v.peers)} (other libraries' implementations, timed beside it, forward only)")
     for target in v.targets:
-        print(f"  target:     {target.note or target.check} ({target.check} {target.bound()})")
+        versus = f" vs {target.versus}" if target.versus else ""
+        print(f"  target:     {target.note or target.check} ({target.check}{versus} {target.bound()})")
     print(f"  origin:     {v.origin.label()}")
     return 0
 
@@ -368,10 +369,12 @@ def cmd_compare(args) -> int:
     from tabulate import tabulate
 
     from .compare import PRACTICAL_CHANGE, differences, exponent_changes, status_changes, timing_changes
+    from .suite import upgrade_rows
 
     store, path = _read_only_store(args.out)
     resolved = [_resolve_run(store, given, path) for given in (args.run_a, args.run_b)]
-    a, b = (store.results(r) for r in resolved)
+    suites = _registry(args).suites
+    a, b = (upgrade_rows(store.results(r), suites) for r in resolved)
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
     for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
         print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)
@@ -462,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", help="quick (default) or full (more random cases)")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("compare", help="what changed between two runs in the results database")
+    p = sub.add_parser("compare", parents=[common], help="what changed between two runs in the results database")
     p.add_argument("run_a", metavar="RUN_A", help="run id (or a unique prefix): before")
     p.add_argument("run_b", metavar="RUN_B", help="run id (or a unique prefix): after")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder holding {DATABASE}")

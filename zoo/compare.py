@@ -21,7 +21,7 @@ def _keyed(frame: pd.DataFrame, unit: str) -> pd.DataFrame:
     """The measurements in ``unit`` (seconds: timings; exponent: fitted exponents), keyed by what they measure."""
     rows = frame[(frame.unit == unit) & frame.value.notna()].copy()
     rows["n"] = rows.n.astype("Int64").astype(str)
-    return rows.set_index(["variant", "check", "mode", "phase", "n"])
+    return rows.set_index(["variant", "check", "versus", "mode", "phase", "n"])
 
 
 def ratio_interval(before: list[float], after: list[float], seed: int = 0) -> tuple[float, float]:
@@ -51,12 +51,17 @@ def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             test = "no per-round samples: point estimate only"
         ratio = row.value_b / row.value_a
         if (low > 1 or high < 1) and abs(ratio - 1) > PRACTICAL_CHANGE:
-            variant, check, mode, phase, n = key
-            rows.append({"variant": variant, "measure": check, "mode": mode, "phase": phase, "n": n,
+            variant, check, versus, mode, phase, n = key
+            rows.append({"variant": variant, "measure": _measure(check, versus), "mode": mode, "phase": phase, "n": n,
                          "before (ms)": row.value_a * 1e3, "after (ms)": row.value_b * 1e3, "after / before": ratio,
                          "95% interval": f"{low:.3g}-{high:.3g}", "change": "slower" if ratio > 1 else "faster",
                          "test": test})
     return pd.DataFrame(rows)
+
+
+def _measure(check: str, versus: str) -> str:
+    """A row's kind as a person reads it: 'time', or 'time (torch-sdpa)' for another callable's."""
+    return f"{check} ({versus})" if versus else check
 
 
 def differences(settings_a: dict, settings_b: dict, env_a: dict, env_b: dict) -> list[str]:
@@ -84,18 +89,21 @@ def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Checks (per variant, check and setting) whose worst status went to or from failed/error."""
     def worst(frame):
         bad = frame.status.isin(BAD)
-        return frame.assign(bad=bad).groupby(["variant", "suite", "check", "setting"]).bad.any()
+        return frame.assign(bad=bad).groupby(["variant", "suite", "check", "versus", "setting"]).bad.any()
 
     before, after = worst(a), worst(b)
     both = pd.concat({"before": before, "after": after}, axis=1).dropna()
     changed = both[both.before != both.after]
     out = changed.assign(change=changed.after.map(lambda bad: "started failing" if bad else "stopped failing"))
-    return out.reset_index()[["variant", "suite", "check", "setting", "change"]]
+    out = out.reset_index()
+    return out.assign(check=[_measure(c, v) for c, v in zip(out.check, out.versus)])[
+        ["variant", "suite", "check", "setting", "change"]]
 
 
 def exponent_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Fitted exponents that moved by more than 0.1 between the runs."""
     ea, eb = _keyed(a, "exponent").value, _keyed(b, "exponent").value
     both = pd.concat({"before": ea, "after": eb}, axis=1).dropna()
-    moved = both[(both.after - both.before).abs() > EXPONENT_MOVE]
-    return moved.reset_index()[["variant", "check", "mode", "phase", "before", "after"]]
+    moved = both[(both.after - both.before).abs() > EXPONENT_MOVE].reset_index()
+    return moved.assign(check=[_measure(c, v) for c, v in zip(moved.check, moved.versus)])[
+        ["variant", "check", "mode", "phase", "before", "after"]]

@@ -26,7 +26,7 @@ SDPA = "torch-sdpa"
 MHA = "torch-mha-layer"
 COMPARATORS = {"core": SDPA, "layer": MHA}
 """The callable each kind of variant (:attr:`Variant.kind`) is ranked against, timed on the same shapes:
-the one place these names are defined (the speed suite's rows are ``x-<name>``)."""
+the one place these names are defined (the speed suite's ratio rows name them in ``versus``)."""
 COMPARATOR_LABELS = {SDPA: "torch SDPA", MHA: "nn.MultiheadAttention"}
 SOFTMAX = "softmax"
 """What :attr:`Variant.approximates` names for softmax attention (scale 1/sqrt(d_head), SDPA's masks)."""
@@ -114,9 +114,10 @@ class Target:
     """A goal a plugin sets for itself, judged by the leaderboard against measured rows.
 
     Met when every measured value of ``check`` (in ``mode``/``phase``, at ``n`` or at every measured n
-    when ``n`` is None) is at most ``at_most`` and at least ``at_least`` (give one or both: a time ratio
-    wants an upper bound, an achieved fraction of the machine's peak a lower one); "not measured" when the
-    run has no such row.
+    when ``n`` is None; ``versus``: its rows about that callable, e.g. ``Target("time-ratio", 1.05, versus="torch-sdpa")``
+    for the time ratio to torch SDPA) is at most ``at_most`` and at least ``at_least`` (give one or both: a
+    time ratio wants an upper bound, an achieved fraction of the machine's peak a lower one); "not measured"
+    when the run has no such row.
     """
 
     check: str
@@ -126,6 +127,7 @@ class Target:
     n: int | None = None
     note: str = ""
     at_least: float | None = None
+    versus: str = ""
 
     def __post_init__(self) -> None:
         for name in ("at_most", "at_least"):
@@ -166,7 +168,7 @@ class Variant:
     the correctness suite checks the variant equals it, the speed suite times it beside the variant.
     ``floors`` maps a label to the op the variant cannot avoid (see :data:`Baseline`; e.g. the bare tanh over
     every (query, key, feature) triple of additive attention): timed beside the variant in the forward pass
-    as a lower bound, never checked for equality; a :class:`Target` on ``x-<label>`` says how close it gets.
+    as a lower bound, never checked for equality; a :class:`Target` on ``time-ratio`` versus the label says how close it gets.
     ``peers`` maps a label to another library's implementation of the same function that a user would
     otherwise pick (see :data:`Baseline`; e.g. compiled FlexAttention for a sliding window): timed beside the
     variant in the forward pass wherever it is timed, after one untimed first call (compilation happens

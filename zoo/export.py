@@ -105,6 +105,19 @@ def _optional_json_numbers(value) -> str | None:
     return None
 
 
+def _optional_params(value) -> str | None:
+    """A row's named parameters: JSON text of an object of names to numbers, text or booleans, or null."""
+    if value is None:
+        return None
+    problem = _json_object(value)
+    if problem:
+        return problem
+    parsed, _ = _parse(value)
+    bad = [key for key, item in parsed.items() if not (isinstance(item, (str, bool)) or
+                                                        (_is_number(item) and math.isfinite(item)))]
+    return f"expected values that are numbers, text or booleans, got {_shown(parsed[bad[0]])} for {bad[0]!r}" if bad else None
+
+
 def _parse(text: str):
     try:
         return json.loads(text), None
@@ -117,7 +130,11 @@ def _parse(text: str):
 _RESULT_KINDS: dict[str, Kind] = {
     "check": _name, "status": _one_of(STATUSES), "setting": _text, "value": _optional_number, "unit": _text,
     "detail": _text, "n": _optional_integer, "mode": _text, "phase": _text, "samples": _optional_json_numbers,
+    "versus": _text, "params": _optional_params,
 }
+OPTIONAL = {("results", "versus"): "", ("results", "params"): None}
+"""Columns added since exports were first written, with the value a line without them has: a line leaves them out
+at that value, so a run stored before they existed keeps its lines (and its digest) as they were."""
 SCHEMA: dict[str, dict[str, Kind]] = {
     "runs": {"run_id": _name, "started": _name, "profile": _name, "settings": _json_object,
              "environment": _json_object, "finished": _optional_text},
@@ -151,7 +168,7 @@ class RunRecords:
             key = (record["variant"], record["suite"])
             rows.append({**record, ROW: places.setdefault(key, 0)})
             places[key] += 1
-        return [json.dumps({"table": table, **record}, sort_keys=True)
+        return [json.dumps({"table": table, **_without_defaults(table, record)}, sort_keys=True)
                 for table, records in (("runs", [self.run]), ("jobs", self.jobs), ("results", rows))
                 for record in records]
 
@@ -162,6 +179,10 @@ class RunRecords:
     def describe(self) -> str:
         """'N jobs, M rows', for messages."""
         return f"{len(self.jobs)} jobs, {len(self.results)} rows"
+
+
+def _without_defaults(table: str, record: dict) -> dict:
+    return {k: v for k, v in record.items() if (table, k) not in OPTIONAL or v != OPTIONAL[(table, k)]}
 
 
 def export_bytes(runs: Iterable[RunRecords]) -> bytes:
@@ -251,6 +272,7 @@ def _check_record(where: str, record, numbered: bool) -> tuple[str, dict, object
     place = values.pop(ROW, None) if table == "results" and numbered else None
     if place is not None and _optional_integer(place):
         raise ExportError(f"{where}: results.{ROW}: {_optional_integer(place)}")
+    values.update({column: default for (kind, column), default in OPTIONAL.items() if kind == table and column not in values})
     unknown, missing = sorted(set(values) - set(columns)), [c for c in columns if c not in values]
     if unknown:
         raise ExportError(f"{where}: a {table} record with columns this zoo does not know: {', '.join(unknown)}")
@@ -278,8 +300,8 @@ def storable(rows: Iterable[dict], check: str = "") -> list[dict]:
                     if (problem := _kind_problem(kind, values[column]))]
         if problems:
             name = values["check"] if not _kind_problem(_name, values["check"]) else (check or "invalid-row")
-            values = {**{name: "" for name in ("setting", "unit", "mode", "phase")}, "value": None, "n": None,
-                      "samples": None, "check": name, "status": ERROR,
+            values = {**{name: "" for name in ("setting", "unit", "mode", "phase", "versus")}, "value": None,
+                      "n": None, "samples": None, "params": None, "check": name, "status": ERROR,
                       "detail": "the check yielded a row the store cannot keep: " + "; ".join(problems)[:500]}
         kept.append(values)
     return kept
@@ -287,7 +309,7 @@ def storable(rows: Iterable[dict], check: str = "") -> list[dict]:
 
 def _normalized(row: dict) -> dict:
     values = {name: row.get(name) for name in RESULT_FIELDS}
-    for name in ("setting", "unit", "detail", "mode", "phase"):
+    for name in ("setting", "unit", "detail", "mode", "phase", "versus"):
         if values[name] is None:
             values[name] = ""
         elif not isinstance(values[name], str):
@@ -309,7 +331,20 @@ def _normalized(row: dict) -> dict:
             values["samples"] = json.dumps([float(x) for x in samples], allow_nan=True) if len(samples) else None
         except (TypeError, ValueError, OverflowError):
             values["samples"] = repr(samples)
+    params = values["params"]
+    if params is not None and not isinstance(params, str):
+        try:
+            values["params"] = json.dumps(params, sort_keys=True, allow_nan=True, default=_scalar) if params else None
+        except (TypeError, ValueError, OverflowError):
+            values["params"] = repr(params)
     return values
+
+
+def _scalar(value):
+    """A numpy or torch scalar as the Python number it holds (a row's params may carry one)."""
+    if hasattr(value, "item") and getattr(value, "ndim", getattr(value, "dim", lambda: 1)) in (0, ()):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a number, text or boolean")
 
 
 def _kind_problem(kind: Kind, value) -> str | None:

@@ -25,7 +25,7 @@ from .export import EXPORT
 from .folder import BoardFolder
 from .ranking import gate_sentence, ranked_tables, standing_text, unranked_lines, why_unranked
 from .store import RESULT_COLUMNS, Store, device_kind
-from .suite import Section, Suite, generic_section
+from .suite import Section, Suite, generic_section, upgrade_name
 
 TAG_LABELS = {
     "accepts_attn_mask": "mask", "supports_causal": "causal", "allows_different_lengths": "q_len != k_len",
@@ -57,9 +57,10 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
     board.environment = {**board.environment, **_ran_on(board.jobs)}
     results = board.results
     tidy = results.assign(plugin=results.variant.map(lambda v: board.cards[v].get("plugin")),
-                          origin=results.variant.map(lambda v: origin_text(board.cards[v])))
+                          origin=results.variant.map(lambda v: origin_text(board.cards[v])),
+                          params=results.params.map(lambda p: json.dumps(p, sort_keys=True) if p else None))
     csv = tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
-        ["variant", "suite", "check", "mode", "phase", "n"], kind="stable").to_csv(index=False)
+        ["variant", "suite", "check", "versus", "mode", "phase", "n"], kind="stable").to_csv(index=False)
     tables, unranked = ranked_tables(board)
     sections = [_section(board, name) for name in board.suite_order()]
     sections = [section for section in sections if section is not None]
@@ -186,8 +187,12 @@ def _target_rows(board: Board) -> list[dict]:
     for variant in board.variants:
         for recorded in board.card(variant).get("targets", []):
             target = Target(**{f.name: recorded[f.name] for f in fields(Target) if f.name in recorded})
-            sel = results[(results.variant == variant) & (results.check == target.check)
-                          & (results["mode"] == target.mode) & (results.phase == target.phase)].dropna(subset=["value"])
+            # a target an older zoo recorded names its row as that zoo named it ("x-torch-sdpa")
+            check, versus = (target.check, target.versus) if "versus" in recorded else upgrade_name(target.check,
+                                                                                                    board.suites)
+            sel = results[(results.variant == variant) & (results.check == check) & (results.versus == versus)
+                          & (results["mode"] == target.mode)
+                          & (results.phase == target.phase)].dropna(subset=["value"])
             if target.n is not None:
                 sel = sel[sel.n == target.n]
             if sel.empty:
@@ -196,7 +201,8 @@ def _target_rows(board: Board) -> list[dict]:
                 verdict = "met" if all(target.met_by(v) for v in sel.value) else "not met"
                 measured = ", ".join(f"n={int(r.n)}: {r.value:.3g}" for r in sel.itertuples())
             where = f"n={target.n}" if target.n is not None else "every timed n"
-            rows.append({"variant": variant, "target": target.note, "measure": target.check,
+            measure = f"{target.check} vs {target.versus}" if target.versus else target.check
+            rows.append({"variant": variant, "target": target.note, "measure": measure,
                          "where": f"{target.mode} {target.phase}, {where}", "goal": target.bound(),
                          "measured": measured, "verdict": verdict})
     return rows
@@ -240,7 +246,8 @@ def _variant_page(board: Board, variant: str, targets: list[dict]) -> dict:
         "family": card.get("family"), "approximates": approximates(card),
         "capabilities": {label: bool(card.get("tags", {}).get(tag)) for tag, label in TAG_LABELS.items()},
         "details": [{"title": t.title, "columns": _columns(t), "rows": t.rows} for t in details],
-        "checks": [{"suite": r.suite, "check": r.check, "setting": r.setting or "", "status": r.status,
+        "checks": [{"suite": r.suite, "check": f"{r.check} vs {r.versus}" if r.versus else r.check,
+                    "setting": r.setting or "", "status": r.status,
                     "detail": "" if pd.isna(r.detail) else r.detail} for r in checks.itertuples()],
         "targets": [{k: t[k] for k in ("target", "where", "goal", "measured", "verdict")} for t in targets],
         "provenance": {"origin": origin_text(provenance), "runs": ", ".join(sorted(set(mine.run_id))),

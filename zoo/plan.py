@@ -116,5 +116,5 @@ def plan_rows(plan, variant_name: str, mode: str, verb: str):
     """One skipped row per (callable, length) the plan left out, with the reason (for the board)."""
     for who, left_out in plan.left_out.items():
         for n, reason in sorted(left_out.items()):
-            check = "plan" if who == variant_name else f"{who}-plan"
-            yield Result(check, SKIPPED, f"{mode} n={n}", detail=f"not {verb}: {reason}", n=n, mode=mode)
+            yield Result("plan", SKIPPED, f"{mode} n={n}", detail=f"not {verb}: {reason}", n=n, mode=mode,
+                         versus="" if who == variant_name else who)

@@ -32,10 +32,11 @@ def pyplot():
 
 def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: str | None = None,
             reference_label: str = "") -> tuple[str, bytes] | None:
-    """``check``'s values over n, one line per variant (``rows`` already chosen: one suite, mode and phase), and
-    ``reference``'s median over n as a dashed black line labelled ``reference_label``; None without values."""
+    """Each variant's own ``check`` values over n, one line per variant (``rows`` already chosen: one suite, mode
+    and phase), and the median over n of the rows of ``check`` about the callable ``reference`` (their ``versus``)
+    as a dashed black line labelled ``reference_label``; None without values."""
     rows = rows.dropna(subset=["value", "n"])
-    ours = rows[rows.check == check]
+    ours = rows[(rows.check == check) & (rows.versus == "")]
     if ours.empty:
         return None
     plt = pyplot()
@@ -46,7 +47,8 @@ def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: s
         color, marker, dashes = line_style(index)
         ax.plot(series.n.astype(float), series.value, color=color, marker=marker, linestyle=dashes, label=variant)
         ends.append((float(series.n.iloc[-1]), float(series.value.iloc[-1]), variant, color))
-    ref = rows[rows.check == reference].groupby("n").value.median() if reference else pd.Series(dtype=float)
+    ref = (rows[(rows.check == check) & (rows.versus == reference)].groupby("n").value.median() if reference
+           else pd.Series(dtype=float))
     if not ref.empty:
         ax.plot(ref.index.astype(float), ref.values, color="black", linestyle="--", linewidth=2, label=reference_label)
         ends.append((float(ref.index[-1]), float(ref.values[-1]), reference_label, "black"))

@@ -60,7 +60,9 @@ CREATE TABLE IF NOT EXISTS results (
     n INTEGER,
     mode TEXT,
     phase TEXT,
-    samples TEXT
+    samples TEXT,
+    versus TEXT NOT NULL DEFAULT '',
+    params TEXT
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id, variant, suite);
 CREATE TABLE IF NOT EXISTS exported (
@@ -72,9 +74,12 @@ CREATE TABLE IF NOT EXISTS exported (
 # differs between the database and the export can be told apart: changed here since, changed there (a
 # git pull), or both (a conflict)
 
-SCHEMA_VERSION = 3
-"""``PRAGMA user_version`` of a store this zoo writes (2: before ``exported``; 1: before per-round samples were
-kept; 0: a store written before the version was recorded, read as 1). A newer store is refused, never converted."""
+SCHEMA_VERSION = 4
+"""``PRAGMA user_version`` of a store this zoo writes (3: before rows had ``versus`` and ``params``; 2: before
+``exported``; 1: before per-round samples were kept; 0: a store written before the version was recorded, read as
+1). An older store gains what it lacks when first opened for writing; a newer one is refused, never converted."""
+ADDED_COLUMNS = {"samples": "TEXT", "versus": "TEXT NOT NULL DEFAULT ''", "params": "TEXT"}
+"""Result columns added since the first stores, as an older store gains them."""
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZOO_TABLES = {"runs", "jobs", "results"}
 
@@ -148,10 +153,7 @@ class Store:
             connection.execute("PRAGMA busy_timeout=60000")
             if connection.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                 connection.execute("PRAGMA journal_mode=WAL")
-                connection.executescript(SCHEMA)
-                if "samples" not in _columns(connection):  # a store written before per-round samples were kept
-                    connection.execute("ALTER TABLE results ADD COLUMN samples TEXT")
-                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                _upgrade(connection)
         except sqlite3.Error as exc:
             raise self._failure(exc) from None
         return connection
@@ -210,7 +212,8 @@ class Store:
                                  f"{', '.join(sorted(ZOO_TABLES - tables))} table); it was left as it is")
             for table in sorted(ZOO_TABLES):
                 present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
-                missing = [c for c in TABLE_COLUMNS[table] if c not in present and (table, c) != ("results", "samples")]
+                missing = [c for c in TABLE_COLUMNS[table] if c not in present
+                           and not (table == "results" and c in ADDED_COLUMNS)]
                 if missing:
                     raise StoreError(f"{self.label!r} is not a zoo results database (its {table} table has no "
                                      f"{', '.join(missing)} column); it was left as it is")
@@ -315,13 +318,14 @@ class Store:
         return json.loads(row[0]) if row else {}
 
     def results(self, run_id: str) -> pd.DataFrame:
-        """A run's rows, samples read back as lists."""
+        """A run's rows, samples and params read back as lists and dicts (a read-only older store: without them)."""
         with self._db() as db:
             present = _columns(db)
-            selected = ", ".join(f'"{c}"' if c in present else f'NULL AS "{c}"' for c in RESULT_COLUMNS)
+            selected = ", ".join(f'"{c}"' if c in present else f"{_absent(c)} AS \"{c}\"" for c in RESULT_COLUMNS)
             frame = pd.read_sql_query(f"SELECT {selected} FROM results WHERE run_id = ?", db, params=(run_id,))
         frame["n"] = frame["n"].astype("Int64")
-        frame["samples"] = frame["samples"].map(lambda text: json.loads(text) if isinstance(text, str) else None)
+        for column in ("samples", "params"):
+            frame[column] = frame[column].map(lambda text: json.loads(text) if isinstance(text, str) else None)
         return frame
 
     def device_kinds(self, run_id: str) -> list[str]:
@@ -347,7 +351,8 @@ class Store:
             wanted = None if run_ids is None else set(run_ids)
             runs: dict[str, RunRecords] = {}
             for table, columns in TABLE_COLUMNS.items():
-                select = ", ".join(f'"{c}"' if table != "results" or c in present else f'NULL AS "{c}"' for c in columns)
+                select = ", ".join(f'"{c}"' if table != "results" or c in present else f'{_absent(c)} AS "{c}"'
+                                   for c in columns)
                 for row in db.execute(f"SELECT {select} FROM {table} ORDER BY rowid"):
                     record = dict(zip(columns, row))
                     if wanted is not None and record["run_id"] not in wanted:
@@ -405,11 +410,23 @@ class Store:
         with self._db() as db:
             db.backup(memory._anchor)
         with memory._db() as db:  # a copy of an older store: the tables this zoo expects
-            db.executescript(SCHEMA)
-            if "samples" not in _columns(db):
-                db.execute("ALTER TABLE results ADD COLUMN samples TEXT")
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            _upgrade(db)
         return memory
+
+
+def _absent(column: str) -> str:
+    """What an older store's missing column reads as."""
+    return "''" if column == "versus" else "NULL"
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """An older store's tables as this zoo writes them (what it lacks is added; nothing is removed)."""
+    db.executescript(SCHEMA)
+    present = _columns(db)
+    for column, kind in ADDED_COLUMNS.items():
+        if column not in present:
+            db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _delete_run(db: sqlite3.Connection, run_id: str) -> None:

@@ -11,13 +11,16 @@ names the suite or its checks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .checks import ERROR, STATUSES
 from .contract import NAME_PATTERN, RegistrationError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .board import Board
     from .contract import Origin
 
@@ -109,6 +112,8 @@ class Suite:
     returns its :class:`Section` (None: a generic table of its rows); ``columns(board, variant)`` its cells in
     a ranked row; ``details(board, variant)`` tables for the variant's page; ``ranking``: how the one suite
     that ranks orders the variants (:class:`Ranking`). Each reads the :class:`zoo.board.Board`.
+    ``upgrade(row)``: a row an older zoo stored (a dict of the result columns), as the suite's rows are today
+    (:func:`legacy_names` does the usual case): the board, ``zoo compare`` and the targets read stored rows so.
     """
 
     name: str
@@ -126,6 +131,7 @@ class Suite:
     columns: Callable[["Board", str], dict[str, Any]] | None = None
     details: Callable[["Board", str], list[Table]] | None = None
     ranking: Ranking | None = None
+    upgrade: Callable[[dict], dict] | None = None
     order: int = 100
     origin: "Origin | None" = None
 
@@ -140,7 +146,7 @@ class Suite:
             raise RegistrationError(f"suite {self.name!r}: blocking statuses {unknown} are not among {STATUSES}")
         if self.ranking is not None and not isinstance(self.ranking, Ranking):
             raise RegistrationError(f"suite {self.name!r}: ranking must be a zoo.Ranking")
-        for attr in ("section", "columns", "details"):
+        for attr in ("section", "columns", "details", "upgrade"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise RegistrationError(f"suite {self.name!r}: {attr} must be callable")
         for profile, preset in self.presets.items():
@@ -160,6 +166,53 @@ class Suite:
     def blocks(self, status: str) -> bool:
         """Whether a row of this status keeps its variant out of the ranking."""
         return status == ERROR or status in self.blocking
+
+
+def legacy_names(row: dict, templates: Mapping[str, str], current: Iterable[str]) -> dict:
+    """``row`` with a name built the old way split into its kind and ``versus``: before rows had a ``versus``
+    field, a ratio to SDPA was stored as check ``x-torch-sdpa``; with ``templates`` {"time-ratio": "x-{}"} it
+    becomes check ``time-ratio``, versus ``torch-sdpa``. A name among ``current`` (today's kinds) or a row with a ``versus`` is
+    left as it is."""
+    if row.get("versus") or row["check"] in set(current):
+        return row
+    for kind, template in templates.items():
+        before, _, after = template.partition("{}")
+        match = re.fullmatch(re.escape(before) + "(.+)" + re.escape(after), row["check"])
+        if match:
+            return {**row, "check": kind, "versus": match.group(1)}
+    return row
+
+
+def upgrade_rows(rows: "pd.DataFrame", suites: Mapping[str, "Suite"]) -> "pd.DataFrame":
+    """Stored rows as their suites' rows are today (each suite's ``upgrade``), in the order they came."""
+    rows = rows.copy()
+    for name, suite in suites.items():
+        mine = (rows["suite"] == name).to_numpy() if suite.upgrade and not rows.empty else None
+        if mine is None or not mine.any():
+            continue
+        upgraded = [suite.upgrade(dict(row)) for row in rows.loc[mine].to_dict("records")]
+        for column in ("check", "versus", "params"):
+            rows[column] = rows[column].astype(object)
+            rows.loc[mine, column] = _object_column([row.get(column) for row in upgraded], rows.index[mine])
+    return rows
+
+
+def upgrade_name(check: str, suites: Mapping[str, "Suite"]) -> tuple[str, str]:
+    """(check, versus) of a row an older zoo named ``check`` (what a target it recorded names), by the first suite
+    whose ``upgrade`` renames it; unchanged when none does."""
+    for suite in suites.values():
+        if suite.upgrade:
+            row = suite.upgrade({"check": check, "versus": "", "setting": "", "params": None, "suite": suite.name})
+            if row["check"] != check:
+                return row["check"], row.get("versus", "")
+    return check, ""
+
+
+def _object_column(values: list, index) -> "pd.Series":
+    """Values (dicts too) as one object column over ``index``."""
+    import pandas as pd
+
+    return pd.Series(values, index=index, dtype=object)
 
 
 def implicit_suite(name: str) -> Suite:

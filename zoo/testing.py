@@ -13,7 +13,6 @@ checks the variant's tags rule out are skipped with the reason.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -38,7 +37,7 @@ class CheckOutcome:
     def smallest_failure(self) -> Result | None:
         """The failing row of the smallest case (the easiest to debug)."""
         failures = [r for r in self.rows if r.status in (FAILED, ERROR)]
-        return min(failures, key=lambda r: _case_size(r.setting)) if failures else None
+        return min(failures, key=_case_size) if failures else None
 
     def describe(self) -> str:
         """The outcome in one line."""
@@ -53,14 +52,14 @@ class CheckOutcome:
                 f"[{worst.setting or 'no setting'}] {worst.detail}{value}")
 
 
-def _case_size(setting: str) -> int:
-    """batch * q_len * k_len * d_model read from a case description (large when absent)."""
-    numbers = dict(re.findall(r"(batch|q_len|k_len|d_model)=(\d+)", setting))
-    if not numbers:
+def _case_size(row: Result) -> int:
+    """batch * q_len * k_len * d_model of the case a row ran on (large for a row of no case)."""
+    shape = row.params or {}
+    if not any(key in shape for key in ("batch", "q_len", "k_len", "d_model")):
         return 1 << 62
     size = 1
     for key in ("batch", "q_len", "k_len", "d_model"):
-        size *= int(numbers.get(key, 1))
+        size *= int(shape.get(key, 1))
     return size
 
 

@@ -10,15 +10,16 @@ PROFILE = get_profile("smoke")
 
 def test_speed_rows_cover_every_length_with_ratios_to_sdpa_and_baselines(registry):
     rows = list(run_speed(registry.variant("windowed"), PROFILE))
-    checks = {r.check for r in rows}
-    assert {"matmul-peak", "allocator", "time", "time-iqr", "x-torch-sdpa", "x-torch-sdpa-band", "gflops",
-            "peak-fraction", "tokens-per-s", "time-exponent", "backward-cost"} <= checks
-    time = {(r.n, r.phase): r.value for r in rows if r.check == "time" and r.mode == "full"}
+    checks = {(r.check, r.versus) for r in rows}
+    assert {("time-ratio", "torch-sdpa"), ("time-ratio", "torch-sdpa-band"), ("time", "torch-sdpa")} <= checks
+    assert {"matmul-peak", "allocator", "time", "time-iqr", "gflops", "peak-fraction", "tokens-per-s", "time-exponent",
+            "backward-cost"} <= {check for check, versus in checks if not versus}
+    time = {(r.n, r.phase): r.value for r in rows if r.check == "time" and r.mode == "full" and not r.versus}
     for row in (r for r in rows if r.check == "backward-cost" and r.mode == "full"):
         assert row.value == time[(row.n, "fwd+bwd")] / time[(row.n, "fwd")]
-    timed = {r.n for r in rows if r.check == "time"}
+    timed = {r.n for r in rows if r.check == "time" and not r.versus}
     assert timed == set(PROFILE.of("speed").lengths)
-    assert all(r.value > 0 for r in rows if r.check.startswith("x-"))
+    assert all(r.value > 0 for r in rows if r.check == "time-ratio")
 
 
 def test_approximation_error_is_measured_for_approximations_only(registry):
@@ -42,9 +43,9 @@ def test_a_bfloat16_run_times_bfloat16_tensors_and_says_so(registry):
 
 def test_a_floor_is_timed_beside_the_variant_in_the_forward_pass_only(registry):
     rows = list(run_speed(registry.variant("additive"), PROFILE.with_settings("speed", lengths=(64, 128))))
-    floor = [r for r in rows if r.check == "x-tanh-floor"]
+    floor = [r for r in rows if (r.check, r.versus) == ("time-ratio", "tanh-floor")]
     assert {(r.n, r.phase) for r in floor} == {(64, "fwd"), (128, "fwd")} and all(r.value > 0 for r in floor)
-    assert {r.phase for r in rows if r.check == "x-naive-broadcast"} == {"fwd", "fwd+bwd"}  # a baseline: both
+    assert {r.phase for r in rows if (r.check, r.versus) == ("time-ratio", "naive-broadcast")} == {"fwd", "fwd+bwd"}
 
 
 def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
@@ -91,24 +92,24 @@ def test_peers_are_timed_only_after_a_first_call_that_works_and_agrees(registry)
 
     variant = dataclasses.replace(registry.variant("dot-product"), peers={"same": same, "missing": missing, "wrong": wrong})
     rows = list(run_speed(variant, PROFILE.with_settings("speed", lengths=(64,), modes=("full",))))
-    by_check = {(r.check, r.phase): r for r in rows}
-    assert by_check[("x-same", "fwd")].value > 0 and ("x-same", "fwd+bwd") not in by_check  # forward only
-    assert by_check[("same-first-call", "fwd")].value > 0
-    assert by_check[("same-agreement", "fwd")].value < 1e-4
-    assert "ImportError: no module named 'fastattn'" in by_check[("missing-plan", "")].detail
-    assert "differs from the variant's by 1" in by_check[("wrong-plan", "")].detail
-    assert not any(r.check in ("x-missing", "x-wrong", "missing-time", "wrong-time") for r in rows)
-    assert by_check[("x-torch-sdpa", "fwd+bwd")].value > 0  # the rest of the cell was measured
+    by_check = {(r.check, r.versus, r.phase): r for r in rows}
+    assert by_check[("time-ratio", "same", "fwd")].value > 0 and ("time-ratio", "same", "fwd+bwd") not in by_check
+    assert by_check[("first-call", "same", "fwd")].value > 0
+    assert by_check[("agreement", "same", "fwd")].value < 1e-4
+    assert "ImportError: no module named 'fastattn'" in by_check[("plan", "missing", "")].detail
+    assert "differs from the variant's by 1" in by_check[("plan", "wrong", "")].detail
+    assert not any(r.versus in ("missing", "wrong") for r in rows if r.check in ("time-ratio", "time"))
+    assert by_check[("time-ratio", "torch-sdpa", "fwd+bwd")].value > 0  # the rest of the cell was measured
 
 
 def test_windowed_is_timed_beside_compiled_flex_attention_or_says_why_not(registry):
     rows = list(run_speed(registry.variant("windowed"), PROFILE.with_settings("speed", lengths=(128,))))
-    by_check = {r.check: r for r in rows if r.phase in ("fwd", "")}
-    if "flex-attention-plan" in by_check:  # torch.compile does not work on this machine: the reason is given
-        assert by_check["flex-attention-plan"].detail.startswith("not timed: its first call failed here")
+    by_check = {r.check: r for r in rows if r.phase in ("fwd", "") and r.versus == "flex-attention"}
+    if "plan" in by_check:  # torch.compile does not work on this machine: the reason is given
+        assert by_check["plan"].detail.startswith("not timed: its first call failed here")
     else:
-        assert by_check["flex-attention-agreement"].value < 1e-4
-        assert by_check["x-flex-attention"].value > 0 and by_check["flex-attention-first-call"].value > 0
+        assert by_check["agreement"].value < 1e-4
+        assert by_check["time-ratio"].value > 0 and by_check["first-call"].value > 0
 
 
 def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts_flops():
@@ -192,5 +193,19 @@ def test_a_ratio_pairs_the_variant_and_its_comparator_round_by_round():
     drift = [1.0, 2.0, 4.0, 8.0, 16.0]
     samples = {"mine": [t / 2 for t in drift], "torch-sdpa": drift}
     rows = list(_rows(SimpleNamespace(name="mine"), PROFILE, "full", "fwd", 64, samples, 0, (1e6, []), 1e12))
-    [ratio] = [r for r in rows if r.check == "x-torch-sdpa"]
+    [ratio] = [r for r in rows if (r.check, r.versus) == ("time-ratio", "torch-sdpa")]
     assert ratio.samples == [0.5] * 5 and ratio.value == 0.5 and "IQR 0" in ratio.detail
+
+
+def test_the_plan_is_made_once_for_the_timing_and_the_approximation_error(registry, monkeypatch):
+    import zoo.suites.speed as speed
+
+    made = []
+    real = speed.plan_lengths
+    monkeypatch.setattr(speed, "plan_lengths", lambda *args, **kw: made.append(1) or real(*args, **kw))
+    variant, profile = registry.variant("linear"), PROFILE.with_settings("speed", lengths=(64,), modes=("full",))
+    list(run_speed(variant, profile))
+    errors = [r for r in run_approximation_error(variant, profile) if r.check == "approximation-error"]
+    assert len(made) == 1 and [r.n for r in errors] == [64]
+    list(run_speed(variant, profile.with_settings("speed", lengths=(64, 96))))
+    assert len(made) == 2  # another profile: another plan

@@ -21,6 +21,7 @@ from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent
+from zoo.suite import legacy_names
 from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_attention_workloads
 
 SUITE = "complexity"
@@ -73,8 +74,9 @@ def measure(variant, profile):
                     flops, peak, allocator_peak = _count(fn, profile.device)
                     table.setdefault((who, mode, phase), {})[n] = (flops, peak)
                     if allocator_peak is not None:
-                        extra.append(Result(f"{'' if who == variant.name else who + '-'}cuda-allocator-peak", MEASURED,
-                                            f"{mode} {phase} n={n}", allocator_peak, "bytes", n=n, mode=mode, phase=phase))
+                        extra.append(Result("cuda-allocator-peak", MEASURED, f"{mode} {phase} n={n}", allocator_peak,
+                                            "bytes", n=n, mode=mode, phase=phase,
+                                            versus="" if who == variant.name else who))
     return table, extra
 
 
@@ -113,10 +115,10 @@ def run_complexity(variant, profile):
     table, extra = measure(variant, profile)
     yield from extra
     for (who, mode, phase), by_n in sorted(table.items()):
-        check_prefix = "" if who == variant.name else f"{who}-"
+        tag = dict(mode=mode, phase=phase, versus="" if who == variant.name else who)
         for n, (flops, peak) in sorted(by_n.items()):
-            yield Result(f"{check_prefix}flops", MEASURED, f"{mode} {phase} n={n}", flops, "FLOP", n=n, mode=mode, phase=phase)
-            yield Result(f"{check_prefix}memory", MEASURED, f"{mode} {phase} n={n}", peak, "bytes", n=n, mode=mode, phase=phase)
+            yield Result("flops", MEASURED, f"{mode} {phase} n={n}", flops, "FLOP", n=n, **tag)
+            yield Result("memory", MEASURED, f"{mode} {phase} n={n}", peak, "bytes", n=n, **tag)
         if who != variant.name:
             continue
         lengths = sorted(by_n)
@@ -133,8 +135,9 @@ def run_complexity(variant, profile):
         for label in variant.baselines:
             theirs = table.get((label, mode, phase), {})
             for n in (n for n in lengths if n in theirs and theirs[n][1]):
-                yield Result(f"memory-vs-{label}", MEASURED, f"{mode} {phase} n={n}", by_n[n][1] / theirs[n][1],
-                             "ratio", "peak memory of the variant / the baseline's", n=n, mode=mode, phase=phase)
+                yield Result("memory-ratio", MEASURED, f"{mode} {phase} n={n}", by_n[n][1] / theirs[n][1],
+                             "ratio", "peak memory of the variant / the baseline's", n=n, mode=mode, phase=phase,
+                             versus=label)
     yield from _formula_rows(variant, profile, table)
 
 
@@ -247,7 +250,7 @@ def section(board) -> zoo.Section:
             f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.")
     mine = board.rows(SUITE)
     plots = [plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == phase)], check, f"{check}.png", label,
-                            f"{SDPA}-{check}", COMPARATOR_LABELS[SDPA])
+                            SDPA, COMPARATOR_LABELS[SDPA])
              for check, phase, label in (("flops", "fwd", "FLOPs (forward, complexity shapes)"),
                                          ("memory", "fwd+bwd", "peak live tensor bytes (forward+backward)"))]
     return zoo.Section("Complexity", [text], [zoo.Table("", [], rows), *_allocator_tables(board)],
@@ -256,7 +259,7 @@ def section(board) -> zoo.Section:
 
 def _allocator_tables(board) -> list:
     """On a GPU: the CUDA caching allocator's peak at the largest length, beside the counted peak."""
-    peaks = board.results[board.results.check == "cuda-allocator-peak"].dropna(subset=["n"])
+    peaks = board.results[(board.results.check == "cuda-allocator-peak") & (board.results.versus == "")].dropna(subset=["n"])
     if peaks.empty:
         return []
     rows, variants = [], board.variants
@@ -271,18 +274,26 @@ def _allocator_tables(board) -> list:
         "length measured; the counted peak is the dispatch mode's figure the exponents use."])]
 
 
+LEGACY_NAMES = {"memory-ratio": "memory-vs-{}", "flops": "{}-flops", "memory": "{}-memory", "plan": "{}-plan",
+                "cuda-allocator-peak": "{}-cuda-allocator-peak"}
+"""How rows named the callable before ``versus`` was a field (``torch-sdpa-flops``, ``memory-vs-naive``...)."""
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "how FLOPs and peak memory grow with the sequence length, against the variant's claim", measures=(
-        zoo.Measure("flops", "FLOPs of one call (FlopCounterMode, fused attention kernels included)", "FLOP"),
-        zoo.Measure("memory", "peak live tensor bytes of one call", "bytes"),
+        zoo.Measure("flops", "FLOPs of one call (FlopCounterMode, fused attention kernels included; with versus: "
+                    "that callable's)", "FLOP"),
+        zoo.Measure("memory", "peak live tensor bytes of one call (with versus: that callable's)", "bytes"),
         zoo.Measure("flops-exponent", "FLOPs' fitted exponent in n, judged against the claimed time exponent", "exponent"),
         zoo.Measure("memory-exponent", "peak memory's fitted exponent in n, judged against the claim", "exponent"),
         zoo.Measure("crossover-flops", "the length from which the variant costs fewer FLOPs than torch SDPA", "n"),
-        zoo.Measure("memory-vs-baseline", "peak memory of the variant / a baseline's (memory-vs-<baseline>)", "ratio"),
+        zoo.Measure("memory-ratio", "peak memory of the variant / that of the baseline in versus", "ratio"),
         zoo.Measure("flops-formula", "the plugin's analytic FLOP formula against the counted FLOPs", "rel. deviation"),
         zoo.Measure("cuda-allocator-peak", "the CUDA caching allocator's peak during one call (GPU runs)", "bytes"),
-        zoo.Measure("plan", "a length the measurement plan left out, and why")),
+        zoo.Measure("plan", "a length the measurement plan left out for the variant (or the callable in versus), "
+                    "and why")),
     section=section, columns=columns, details=details, order=20,
+    upgrade=lambda row: legacy_names(row, LEGACY_NAMES, [m.name for m in SUITE_DEFINITION.measures]),
     # one head of 64, where the additive baseline still fits in memory; the measurement plan (zoo.plan) leaves
     # out a length whose forward+backward call is predicted, from counted FLOPs and memory, to exceed the caps
     settings={"d_model": 64, "heads": 1, "lengths": (256, 512, 1024, 2048), "modes": ("full", "causal"),

@@ -18,6 +18,7 @@ from zoo import approximation
 from zoo.cases import Case, cases_for, relative_error
 from zoo.checks import BAD, ERROR, FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
+from zoo.suite import legacy_names
 
 SUITE = "correctness"
 FLOAT64_TOLERANCE = 1e-10
@@ -45,11 +46,13 @@ def _call(module, case: Case, query, key, value, mask):
     return out
 
 
-def _verdict(check: str, case: Case, errors: list[tuple[float, int]], tolerance: float, what: str) -> Result:
+def _verdict(check: str, case: Case, errors: list[tuple[float, int]], tolerance: float, what: str,
+             versus: str = "") -> Result:
     worst, seed = max(errors)
     ok = worst <= tolerance
     detail = "" if ok else f"{what} {worst:.3g} > {tolerance:g} at seed {seed}"
-    return Result(check, PASSED if ok else FAILED, case.describe(), worst, "rel. error", detail)
+    return Result(check, PASSED if ok else FAILED, case.describe(), worst, "rel. error", detail, versus=versus,
+                  params=case.params())
 
 
 def _reference_errors(variant, case: Case, seeds, dtype, device: str = "cpu", require_finite: bool = True):
@@ -92,6 +95,7 @@ def check_low_precision(variant, profile):
             errors = _reference_errors(variant, case, _seeds(profile, 13), dtype, profile.device, require_finite=False)
             result = _verdict("reference-low-precision", case, errors, tolerance, "relative error vs float64 reference")
             result.setting = f"{case.describe()} {str(dtype).removeprefix('torch.')} on {profile.device}"
+            result.params = {**case.params(), "dtype": str(dtype).removeprefix("torch.")}
             yield result
 
 
@@ -109,7 +113,7 @@ def check_baselines(variant, profile):
                 module, (q, k, v, mask) = _setup(variant, case, seed)
                 with torch.no_grad():
                     errors.append((relative_error(_call(make(module), case, q, k, v, mask), _call(module, case, q, k, v, mask)), seed))
-            yield _verdict(f"baseline-{label}", case, errors, FLOAT64_TOLERANCE, f"relative error vs {label}")
+            yield _verdict("baselines", case, errors, FLOAT64_TOLERANCE, f"relative error vs {label}", versus=label)
 
 
 def check_gradients(variant, profile):
@@ -142,14 +146,14 @@ def check_gradients(variant, profile):
         except GradcheckError as exc:
             ok, detail = False, str(exc).splitlines()[0]
         setting = f"{case.describe()} params={len(params)}"
-        yield Result("gradcheck", PASSED if ok else FAILED, setting, detail=detail)
+        yield Result("gradcheck", PASSED if ok else FAILED, setting, detail=detail, params=case.params())
 
 
 def _unchanged(check, case, before, after, what, tolerance=EXACT) -> Result:
     diff = float((before - after).abs().max()) if before.numel() else 0.0
     ok = diff <= tolerance * max(1.0, float(before.abs().max()) if before.numel() else 1.0)
     return Result(check, PASSED if ok else FAILED, case.describe(), diff, "max abs change",
-                  "" if ok else f"{what} changed the output by {diff:.3g}")
+                  "" if ok else f"{what} changed the output by {diff:.3g}", params=case.params())
 
 
 def _no_influence(check, case, before, after, gradient: float, what: str) -> Result:
@@ -157,7 +161,7 @@ def _no_influence(check, case, before, after, gradient: float, what: str) -> Res
     result = _unchanged(check, case, before, after, f"changing {what}")
     if result.status == PASSED and gradient > 0:
         return Result(check, FAILED, case.describe(), gradient, "max abs grad",
-                      f"outputs have gradient {gradient:.3g} with respect to {what}")
+                      f"outputs have gradient {gradient:.3g} with respect to {what}", params=case.params())
     return result
 
 
@@ -246,13 +250,14 @@ def check_empty_rows(variant, profile):
         out = module(*inputs, attn_mask=mask)
         out.sum().backward()
         if not torch.isfinite(out).all() or not all(torch.isfinite(_grad(x)).all() for x in inputs):
-            yield Result("empty-rows", FAILED, case.describe(), detail="non-finite output or gradient for fully masked rows")
+            yield Result("empty-rows", FAILED, case.describe(), detail="non-finite output or gradient for fully masked rows",
+                         params=case.params())
             continue
         if not variant.tags.has_parameters:
             worst = float(out.detach()[empty].abs().max())
             ok = worst == 0.0
             yield Result("empty-rows", PASSED if ok else FAILED, case.describe(), worst, "max abs output",
-                         "" if ok else f"fully masked rows give {worst:.3g}, not zeros")
+                         "" if ok else f"fully masked rows give {worst:.3g}, not zeros", params=case.params())
             continue
         with torch.no_grad():  # with parameters (e.g. an output bias) the row need not be 0: it must ignore keys
             changed = module(q, torch.randn_like(k) * 3, torch.randn_like(v) * 3, attn_mask=mask)
@@ -272,7 +277,7 @@ def check_dtype_device(variant, profile):
                 except VariantOutputError as exc:  # shape, dtype and device are checked on every call
                     problem = str(exc)
                 setting = f"{case.describe()} {str(dtype).removeprefix('torch.')} on {device}"
-                yield Result("dtype-device", FAILED if problem else PASSED, setting, detail=problem)
+                yield Result("dtype-device", FAILED if problem else PASSED, setting, detail=problem, params=case.params())
 
 
 def _placement_problem(exc: Exception) -> bool:
@@ -287,22 +292,23 @@ def check_device_placement(variant, profile):
     plugin author without a GPU still learns whether the variant will run on one."""
     for case in cases_for(variant):
         module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 14)[0], torch.float32, device="meta")
-        builders = {"": lambda: module, **{f" baseline {label}": functools.partial(make, module)
+        builders = {"": lambda: module, **{label: functools.partial(make, module)
                                            for label, make in variant.baselines.items()}}
         for label, build in builders.items():
-            setting = case.describe() + label
+            setting, where = case.describe() + (f" baseline {label}" if label else ""), dict(versus=label, params=case.params())
             try:
                 with torch.no_grad():
                     build()(q, k, v, attn_mask=mask, is_causal=case.causal)
             except (RuntimeError, NotImplementedError) as exc:
                 message = " ".join(str(exc).split())[:300]
                 if _placement_problem(exc):
-                    yield Result("device-placement", FAILED, setting, detail=f"a tensor stays on the CPU: {message}")
+                    yield Result("device-placement", FAILED, setting, detail=f"a tensor stays on the CPU: {message}", **where)
                 else:
                     yield Result("device-placement", SKIPPED, setting,
-                                 detail=f"not checkable on the meta device (a value read back, or an op meta lacks): {message}")
+                                 detail=f"not checkable on the meta device (a value read back, or an op meta lacks): {message}",
+                                 **where)
                 continue
-            yield Result("device-placement", PASSED, setting)
+            yield Result("device-placement", PASSED, setting, **where)
 
 
 def check_deterministic(variant, profile):
@@ -313,7 +319,7 @@ def check_deterministic(variant, profile):
             first, second = _call(module, case, q, k, v, mask), _call(module, case, q, k, v, mask)
         same = torch.equal(first, second)
         yield Result("deterministic", PASSED if same else FAILED, case.describe(),
-                     detail="" if same else "two identical calls gave different outputs")
+                     detail="" if same else "two identical calls gave different outputs", params=case.params())
 
 
 def check_large_magnitude(variant, profile):
@@ -324,7 +330,7 @@ def check_large_magnitude(variant, profile):
             out = module(q, k, v, attn_mask=mask, is_causal=case.causal)
         finite = bool(torch.isfinite(out).all())
         yield Result("large-magnitude", PASSED if finite else FAILED, f"{case.describe()} inputs x1e4",
-                     detail="" if finite else "non-finite outputs (softmax overflow?)")
+                     detail="" if finite else "non-finite outputs (softmax overflow?)", params=case.params())
 
 
 APPROXIMATION_LENGTH, APPROXIMATION_D_MODEL, APPROXIMATION_HEADS = 256, 64, 2
@@ -415,6 +421,7 @@ SUITE_DEFINITION = zoo.Suite(
     SUITE, "each variant against its float64 reference and its baselines, and the properties any attention with its "
     "capabilities must keep", measures=tuple(zoo.Measure(c.name, c.summary) for c in CHECKS),
     blocking=(FAILED, ERROR), required=True, section=section, order=10,
+    upgrade=lambda row: legacy_names(row, {"baselines": "baseline-{}"}, [c.name for c in CHECKS]),
     settings={"cases": 3},  # random cases per check, on small shapes
     presets={"full": {"cases": 8}, "smoke": {"cases": 1}}, legacy={"cases": "cases"})
 

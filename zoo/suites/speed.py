@@ -6,6 +6,8 @@ rounds; ratios per round; the thread count fixed for the whole suite.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
 import os
 import re
@@ -26,6 +28,7 @@ from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_excepti
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent, timed
+from zoo.suite import legacy_names
 from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_attention_workloads
 
 SUITE = "speed"
@@ -121,7 +124,7 @@ def peer_tolerance(dtype: str) -> float:
 def admit_peers(variant, loads, mode, n, dtype):
     """Each peer's first call, outside the timed rounds (compilation happens there) and reported on its own.
     A peer whose first call fails, or whose output is not the variant's, is taken out of ``loads`` and not
-    timed, with the reason (a ``<peer>-plan`` row, as the plan's own reasons are)."""
+    timed, with the reason (a ``plan`` row about the peer, as the plan's own reasons are)."""
     peers = [who for who in variant.peers if who in loads]
     if not peers:
         return
@@ -135,26 +138,36 @@ def admit_peers(variant, loads, mode, n, dtype):
         except Exception as error:  # e.g. no C++ compiler for torch.compile: the board says so, the run goes on
             del loads[who]
             reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            yield Result(f"{who}-plan", SKIPPED, f"{mode} n={n}", n=n, mode=mode,
+            yield Result("plan", SKIPPED, f"{mode} n={n}", n=n, mode=mode, versus=who,
                          detail=f"not timed: its first call failed here ({type(error).__name__}: {reason[:300]})")
             continue
         error = relative_error(output[0], ours)
         if not error <= tolerance:
             del loads[who]
-            yield Result(f"{who}-plan", SKIPPED, f"{mode} n={n}", n=n, mode=mode,
+            yield Result("plan", SKIPPED, f"{mode} n={n}", n=n, mode=mode, versus=who,
                          detail=f"not timed: its output differs from the variant's by {error:.3g} (relative), "
                                 f"over {tolerance:g}")
             continue
-        yield Result(f"{who}-first-call", MEASURED, setting, seconds, "s",
-                     "its first call at this length, outside the timed rounds (compilation happens here)", **tag)
-        yield Result(f"{who}-agreement", MEASURED, setting, error, "relative error",
-                     "its output vs the variant's on the timed inputs", **tag)
+        yield Result("first-call", MEASURED, setting, seconds, "s",
+                     "its first call at this length, outside the timed rounds (compilation happens here)", versus=who,
+                     **tag)
+        yield Result("agreement", MEASURED, setting, error, "relative error",
+                     "its output vs the variant's on the timed inputs", versus=who, **tag)
+
+
+_PLANS: dict[tuple, tuple] = {}
 
 
 def speed_plan(variant, profile, mode):
-    """Which lengths the speed suite times, for the variant and what it is compared with (zoo.plan)."""
-    return plan_lengths(functools.partial(_loads_at, variant, profile, mode), profile.of(SUITE).lengths, variant,
-                        {SDPA, comparator(variant)}, profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib)
+    """Which lengths the speed suite times, for the variant and what it is compared with (zoo.plan); made once
+    per variant, profile and mode in a worker (the timing and the approximation error both follow it)."""
+    key = (variant.name, repr(profile), mode)
+    made_for, plan = _PLANS.get(key, (None, None))
+    if made_for is not variant:
+        plan = plan_lengths(functools.partial(_loads_at, variant, profile, mode), profile.of(SUITE).lengths, variant,
+                            {SDPA, comparator(variant)}, profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib)
+        _PLANS[key] = (variant, plan)
+    return plan
 
 
 def run_speed(variant, profile):
@@ -216,11 +229,11 @@ def _rows(variant, profile, mode, phase, n, samples, retries, counted, peak):
         if who == variant.name:
             continue
         other, other_iqr = _quartiles(times)
-        yield Result(f"{who}-time", MEASURED, setting, other, "s", f"IQR {other_iqr:.3g} s", samples=times, **tag)
+        yield Result("time", MEASURED, setting, other, "s", f"IQR {other_iqr:.3g} s", samples=times, versus=who, **tag)
         ratios = [a / b for a, b in zip(ours, times)]
         ratio, ratio_iqr = _quartiles(ratios)
-        yield Result(f"x-{who}", MEASURED, setting, ratio, "ratio",
-                     f"variant time / {who} time per round; IQR {ratio_iqr:.3g}", samples=ratios, **tag)
+        yield Result("time-ratio", MEASURED, setting, ratio, "ratio",
+                     f"variant time / {who} time per round; IQR {ratio_iqr:.3g}", samples=ratios, versus=who, **tag)
     yield Result("tokens-per-s", MEASURED, setting, profile.of(SUITE).batch * n / median, "tokens/s", **tag)
     flops, kernels = counted
     yield Result("gflops", MEASURED, setting, flops / median / 1e9, "GFLOP/s", f"{flops:.4g} FLOPs counted", **tag)
@@ -286,9 +299,10 @@ def _error_sweeps(variant, profile):
             tag = dict(n=n, mode="full", phase="fwd")
             yield Result("approximation-error-sweep", MEASURED, setting, easy, "normalised error",
                          f"{option}={value!r}: mean over the structured input families; all: "
-                         f"{approximation.describe(errors)}", **tag)
+                         f"{approximation.describe(errors)}", params={option: value}, **tag)
             yield Result("approximation-error-sweep-worst", MEASURED, setting, errors[worst], "normalised error",
-                         f"{option}={value!r}: the input family it approximates worst: {worst.label}", **tag)
+                         f"{option}={value!r}: the input family it approximates worst: {worst.label}",
+                         params={option: value}, **tag)
 
 
 # --- on the board ---------------------------------------------------------------------------------------
@@ -318,7 +332,7 @@ def _missing(board, variant: str, mode: str, phase: str, n) -> str:
     here = rows[(rows.n == n) & (rows["mode"] == mode) & rows.status.isin([SKIPPED, ERROR])]
     if not here.empty:
         return f"n={n}: {here.detail.iloc[0]}"
-    if n not in set(rows[rows.check == "time"].n.dropna()):
+    if n not in set(rows[(rows.check == "time") & (rows.versus == "")].n.dropna()):
         errors = rows[rows.status == ERROR]
         if not errors.empty:
             return f"speed suite error: {errors.detail.iloc[0]}"
@@ -328,7 +342,7 @@ def _missing(board, variant: str, mode: str, phase: str, n) -> str:
 
 def _ratio_cell(board, variant, phase, n, notes=None) -> tuple[float | None, str]:
     """The ratio to the comparator and its cell: marked noisy, or why it is missing (a footnote in ``notes``)."""
-    ratio = board.value(variant, f"x-{_versus(board, variant)}", RANK_MODE, phase, n)
+    ratio = board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=_versus(board, variant))
     if ratio is None:
         why = _missing(board, variant, RANK_MODE, phase, n)
         return None, "not timed " + (notes.mark(why) if notes is not None else f"({why})")
@@ -415,14 +429,15 @@ def _kernels(board, variant, mode, phase, n) -> str:
 
 def _first_call(board, variant, who, mode, n) -> str:
     """A peer's first call at n (compilation happens there), shown beside its ratio."""
-    seconds = board.value(variant, f"{who}-first-call", mode, "fwd", n)
+    seconds = board.value(variant, "first-call", mode, "fwd", n, versus=who)
     return "" if seconds is None else f"; first call {seconds:.2g} s"
 
 
 def _baseline_gap(board, variant, who, mode, n, notes) -> str:
     """Why a baseline has no ratio at n: the plan's reason if it left the baseline out."""
     rows = board.results
-    rows = rows[(rows.variant == variant) & (rows.check == f"{who}-plan") & (rows.n == n) & (rows["mode"] == mode)]
+    rows = rows[(rows.variant == variant) & (rows.check == "plan") & (rows.versus == who) & (rows.n == n)
+                & (rows["mode"] == mode)]
     return "not timed " + notes.mark(f"{who}, n={n}: {rows.detail.iloc[0]}") if not rows.empty else ""
 
 
@@ -430,7 +445,7 @@ def section(board) -> zoo.Section:
     """The speed section: times and ratios per length, baselines and peers, error sweeps, rates, the time plot."""
     results, settings, variants = board.results, board.settings, board.variants
     ref = board.settings_of(SUITE).reference_length
-    speed = results[(results.suite == SUITE) & (results.check == "time")]
+    speed = results[(results.suite == SUITE) & (results.check == "time") & (results.versus == "")]
     lengths = sorted(int(n) for n in speed.n.dropna().unique())
     notes = Footnotes()
     rows = []
@@ -446,7 +461,8 @@ def section(board) -> zoo.Section:
                     if t is None:
                         row[f"n={n}"] = "not timed " + notes.mark(_missing(board, variant, mode, phase, n))
                         continue
-                    iqr, x = (board.value(variant, check, mode, phase, n) for check in ("time-iqr", f"x-{versus}"))
+                    iqr, x = board.value(variant, "time-iqr", mode, phase, n), board.value(variant, "time-ratio", mode, phase, n,
+                                                                                           versus=versus)
                     error = board.value(variant, "approximation-error", mode, "fwd", n) if phase == "fwd" else None
                     row[f"n={n}"] = (fmt_ms(t, iqr)
                                      + (f" ({fmt_x(x)})" if x is not None else " (no ratio)")
@@ -455,14 +471,12 @@ def section(board) -> zoo.Section:
                 rows.append(row)
     extra = []
     for variant in variants:
-        mine = results[(results.variant == variant) & results.check.str.startswith("x-")]
-        versus = f"x-{_versus(board, variant)}"
+        mine = results[(results.variant == variant) & (results.check == "time-ratio")]
         peers = set(board.card(variant).get("peers", []))
-        for check in sorted(({c for c in mine.check.unique()} | {f"x-{p}" for p in peers}) - {versus}):
-            who = check[2:]
+        for who in sorted((set(mine.versus) | peers) - {_versus(board, variant)}):
             for mode in ("full", "causal"):
                 for phase in PHASES:
-                    values = {n: board.value(variant, check, mode, phase, n) for n in lengths}
+                    values = {n: board.value(variant, "time-ratio", mode, phase, n, versus=who) for n in lengths}
                     timed_here = board.value(variant, "time", mode, phase, None) is not None
                     if any(v is not None for v in values.values()) or (who in peers and phase == "fwd" and timed_here):
                         extra.append({"variant": variant, "versus": who + (" (peer)" if who in peers else ""),
@@ -472,9 +486,9 @@ def section(board) -> zoo.Section:
                                          for n, v in values.items()}})
     sweeps = []
     for row in results[results.check == "approximation-error-sweep"].itertuples():
-        option = row.setting.rsplit(" ", 1)[-1]
         worst = results[(results.variant == row.variant) & (results.check == "approximation-error-sweep-worst")
-                        & (results.setting == row.setting)]
+                        & (results.params == row.params) & (results.n == row.n)]
+        option = ", ".join(f"{key}={value!r}" for key, value in sorted((row.params or {}).items()))
         sweeps.append({"variant": row.variant, "option": option, f"error at n={int(row.n)}": f"{row.value:.3g}",
                        "worst input family": "" if worst.empty else f"{worst.value.iloc[0]:.3g}"})
     rates = []
@@ -512,8 +526,23 @@ def section(board) -> zoo.Section:
     tables.append(zoo.Table("Achieved rate", [], rates))
     mine = board.rows(SUITE)
     plot = plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == "fwd+bwd")], "time", "time.png",
-                          "seconds per call (forward+backward, speed shapes)", f"{SDPA}-time", COMPARATOR_LABELS[SDPA])
+                          "seconds per call (forward+backward, speed shapes)", SDPA, COMPARATOR_LABELS[SDPA])
     return zoo.Section("Speed", [text], tables, dict([plot]) if plot else {})
+
+
+LEGACY_NAMES = {"time-ratio": "x-{}", "time": "{}-time", "plan": "{}-plan", "first-call": "{}-first-call",
+                "agreement": "{}-agreement"}
+"""How rows named the callable before ``versus`` was a field: ``x-torch-sdpa``, ``torch-sdpa-time``..."""
+
+
+def upgrade(row: dict) -> dict:
+    """A stored row as the suite yields it today: the callable out of its name, a swept option out of its setting."""
+    row = legacy_names(row, LEGACY_NAMES, [m.name for m in SUITE_DEFINITION.measures])
+    if row["check"].startswith("approximation-error-sweep") and not row.get("params") and "=" in row["setting"]:
+        option, _, value = row["setting"].rsplit(" ", 1)[-1].partition("=")
+        with contextlib.suppress(ValueError, SyntaxError):
+            row = {**row, "params": {option: ast.literal_eval(value)}}
+    return row
 
 
 def settle(settings: dict) -> dict:
@@ -526,11 +555,11 @@ def settle(settings: dict) -> dict:
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "time per call against the op each kind is ranked against (torch SDPA, nn.MultiheadAttention) and the "
     "variant's own baselines, floors and peers, on the same shapes in one process", measures=(
-        zoo.Measure("time", "median seconds per call over interleaved rounds", "s"),
+        zoo.Measure("time", "median seconds per call over interleaved rounds (with versus: that callable's, in the "
+                    "same cell)", "s"),
         zoo.Measure("time-iqr", "interquartile range of the time over rounds", "s"),
         zoo.Measure("time-spread", "the cell's largest IQR/median over its callables: its noise", "IQR/median"),
-        zoo.Measure("x-callable", "time / another callable's time, median of per-round ratios (x-<callable>)", "ratio"),
-        zoo.Measure("callable-time", "another callable's median time in the same cell (<callable>-time)", "s"),
+        zoo.Measure("time-ratio", "time / the time of the callable named in versus, median of per-round ratios", "ratio"),
         zoo.Measure("tokens-per-s", "tokens processed per second", "tokens/s"),
         zoo.Measure("gflops", "counted FLOPs / time", "GFLOP/s"),
         zoo.Measure("peak-fraction", "achieved FLOP/s / the measured matmul peak", "fraction"),
@@ -542,12 +571,16 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("approximation-error", "an approximation's normalised error (0 exact, 1 = each query's mean of "
                     "the values) on structured inputs, at each timed length; -worst: the worst input family",
                     "normalised error"),
-        zoo.Measure("approximation-error-sweep", "the same at each value of an option the plugin sweeps",
+        zoo.Measure("approximation-error-worst", "the same on the input family it approximates worst",
                     "normalised error"),
-        zoo.Measure("first-call", "a peer's first call, where compilation happens (<peer>-first-call)", "s"),
-        zoo.Measure("agreement", "a peer's output against the variant's (<peer>-agreement)", "relative error"),
-        zoo.Measure("plan", "a length the measurement plan left out, and why (<callable>-plan for another one)")),
-    section=section, columns=columns, ranking=zoo.Ranking(rank_figure, rank_intro), order=30,
+        zoo.Measure("approximation-error-sweep", "the same at each value of an option the plugin sweeps (params: "
+                    "the option and its value)", "normalised error"),
+        zoo.Measure("approximation-error-sweep-worst", "the same on the worst input family", "normalised error"),
+        zoo.Measure("first-call", "the first call of the peer in versus, where compilation happens", "s"),
+        zoo.Measure("agreement", "the output of the peer in versus against the variant's", "relative error"),
+        zoo.Measure("plan", "a length the measurement plan left out for the variant (or the callable in versus), "
+                    "and why")),
+    section=section, columns=columns, ranking=zoo.Ranking(rank_figure, rank_intro), upgrade=upgrade, order=30,
     settings={
         "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full",),
         "repeats": 5, "round_seconds": 0.02,

@@ -1,0 +1,130 @@
+"""A row says what it is about in typed fields (``versus``: the other callable; ``params``: named values it was
+measured at), never in names or setting text read back; rows stored before those fields existed read in today's
+kinds, and their export lines stay byte for byte what they were."""
+
+import json
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from zoo.board import Board
+from zoo.checks import Result
+from zoo.export import EXPORT, ExportError, check_records, export_bytes, read_export
+from zoo.leaderboard import registered_suites
+from zoo.store import SCHEMA_VERSION, Store
+from zoo.suite import legacy_names, upgrade_name, upgrade_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "leaderboard" / EXPORT
+
+
+def _store_with(tmp_path, rows) -> tuple[Store, str]:
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run({"name": "smoke"}, {"host": "h"}, "2026-12-01 10:00")
+    store.record_job(run, "v", "speed", "done", 0.1, {}, [r.as_dict() for r in rows])
+    return store, run
+
+
+def test_versus_and_params_survive_the_store_and_the_export(tmp_path):
+    rows = [Result("time-ratio", "measured", "full fwd n=64", 0.5, "ratio", versus="torch-sdpa", n=64),
+            Result("approximation-error-sweep", "measured", "", 0.1, params={"features": 16, "kernel": "relu"}),
+            Result("time", "measured", "", 0.01, "s")]
+    store, run = _store_with(tmp_path, rows)
+    back = store.results(run)
+    assert list(back.versus) == ["torch-sdpa", "", ""]
+    assert list(back.params) == [None, {"features": 16, "kernel": "relu"}, None]
+    record = store.records([run])[run]
+    lines = [json.loads(line) for line in record.lines()]
+    assert [line.get("versus") for line in lines if line["table"] == "results"] == ["torch-sdpa", None, None]
+    (tmp_path / EXPORT).write_text("\n".join(record.lines()) + "\n")
+    assert read_export(tmp_path / EXPORT)[run].digest() == record.digest()
+
+
+def test_a_plugins_numpy_scalar_in_params_is_stored_as_its_number_and_an_object_becomes_an_error_row(tmp_path):
+    import numpy as np
+
+    store, run = _store_with(tmp_path, [Result("c", "measured", value=1.0, params={"k": np.int64(3)}),
+                                        Result("d", "measured", value=1.0, params={"k": object()})])
+    back = store.results(run)
+    assert back.params[0] == {"k": 3}
+    assert back.status[1] == "error" and "params" in back.detail[1]
+
+
+@pytest.mark.parametrize("params, message", [
+    ('[1, 2]', "results.params: expected JSON text of an object"),
+    ('{"k": [1]}', "results.params: expected values that are numbers, text or booleans, got [1] for 'k'"),
+])
+def test_an_export_line_with_params_that_are_not_named_scalars_is_refused_by_line(params, message):
+    line = {"table": "results", "run_id": "r", "variant": "v", "suite": "s", "check": "c", "status": "measured",
+            "setting": "", "value": None, "unit": "", "detail": "", "n": None, "mode": "", "phase": "", "samples": None,
+            "params": params}
+    with pytest.raises(ExportError, match="^" + re.escape(f"runs.jsonl:3: {message}")):
+        check_records([("runs.jsonl:3", line)])
+
+
+def test_the_committed_export_written_before_these_fields_is_written_without_them_and_reads_in_todays_kinds(tmp_path):
+    runs = read_export(COMMITTED)
+    written = [json.loads(line) for line in export_bytes(runs.values()).splitlines()]
+    committed = [json.loads(line) for line in COMMITTED.read_bytes().splitlines()]
+    assert [{k: v for k, v in line.items() if k != "row"} for line in written] == [
+        {k: v for k, v in line.items() if k != "row"} for line in committed]  # (its oldest run predates row numbers)
+    assert not any({"versus", "params"} & set(line) for line in written)
+    store = Store(tmp_path / "results.sqlite")
+    store.add(runs.values())
+    latest = store.latest_run()
+    board = Board.of(store, latest, registered_suites())
+    checks = set(board.results.check)
+    assert not {c for c in checks if c.startswith(("x-", "baseline-", "memory-vs-")) or c.endswith(("-plan", "-time"))}
+    ratios = board.results[board.results.check == "time-ratio"]
+    assert {"torch-sdpa", "torch-mha-layer"} <= set(ratios.versus)
+    assert board.value("dot-product", "time-ratio", "full", "fwd+bwd", 1024, versus="torch-sdpa") is not None
+    sweeps = board.results[board.results.check == "approximation-error-sweep"]
+    assert not sweeps.empty and all(set(p) == {"features"} and isinstance(p["features"], int) for p in sweeps.params)
+    stored = store.results(latest)  # the store holds them as written: upgraded on reading only
+    assert (stored.check.str.startswith("x-")).any() and (stored.versus == "").all()
+
+
+def test_a_name_is_split_only_when_it_is_no_kind_of_today():
+    current = ["crossover-flops", "flops", "time-iqr", "time"]
+    assert legacy_names({"check": "crossover-flops", "versus": ""}, {"flops": "{}-flops"}, current)["check"] == "crossover-flops"
+    assert legacy_names({"check": "torch-sdpa-flops", "versus": ""}, {"flops": "{}-flops"}, current) == {
+        "check": "flops", "versus": "torch-sdpa"}
+    assert legacy_names({"check": "tanh-floor-time", "versus": "x"}, {"time": "{}-time"}, current)["check"] == "tanh-floor-time"
+    suites = registered_suites()
+    assert upgrade_name("x-torch-sdpa", suites) == ("time-ratio", "torch-sdpa")
+    assert upgrade_name("memory-vs-naive-broadcast", suites) == ("memory-ratio", "naive-broadcast")
+    assert upgrade_name("peak-fraction", suites) == ("peak-fraction", "")
+
+
+def test_upgrading_keeps_the_rows_order_and_their_other_suites(tmp_path):
+    import pandas as pd
+
+    rows = pd.DataFrame([{"suite": "speed", "check": "x-torch-sdpa", "versus": "", "setting": "", "params": None},
+                         {"suite": "mine", "check": "x-torch-sdpa", "versus": "", "setting": "", "params": None},
+                         {"suite": "correctness", "check": "baseline-naive", "versus": "", "setting": "", "params": None}])
+    upgraded = upgrade_rows(rows, registered_suites())
+    assert list(zip(upgraded.check, upgraded.versus)) == [("time-ratio", "torch-sdpa"), ("x-torch-sdpa", ""),
+                                                         ("baselines", "naive")]
+
+
+def test_an_older_store_gains_the_new_columns_and_reads_the_same_before_it_does(tmp_path):
+    source = Store(tmp_path / "new.sqlite")
+    run = source.start_run({"name": "smoke"}, {"host": "h"}, "2026-12-01 10:00")
+    source.record_job(run, "v", "speed", "done", 0.1, {}, [Result("x-torch-sdpa", "measured", value=0.5).as_dict()])
+    old = tmp_path / "old.sqlite"
+    shutil.copy(tmp_path / "new.sqlite", old)
+    with sqlite3.connect(old) as db:  # as a zoo of schema 3 left it
+        db.execute("ALTER TABLE results DROP COLUMN versus")
+        db.execute("ALTER TABLE results DROP COLUMN params")
+        db.execute("PRAGMA user_version = 3")
+    readonly = Store(old, readonly=True).results(run)
+    assert list(readonly.versus) == [""] and list(readonly.params) == [None]
+    writable = Store(old)
+    assert list(writable.results(run).check) == ["x-torch-sdpa"]
+    with sqlite3.connect(old) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert {"versus", "params"} <= {row[1] for row in db.execute("PRAGMA table_info(results)")}
+    assert writable.records([run])[run].digest() == source.records([run])[run].digest()
