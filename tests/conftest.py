@@ -46,7 +46,7 @@ def write_plugin(tmp_path):
     return write
 
 
-GOOD_PLUGIN = '''
+PLAIN_PLUGIN = '''
 import zoo
 from zoo.functional import masked_sdpa, merge_heads, split_heads
 from zoo.reference import reference_mask, softmax_attention
@@ -57,28 +57,51 @@ class Plain(nn.Module):
     def __init__(self, d_model, num_heads=1):
         super().__init__()
         self.num_heads = num_heads
-
+{init}
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
+{before}
         h = self.num_heads
-        return merge_heads(masked_sdpa(split_heads(query, h), split_heads(key, h), split_heads(value, h), attn_mask, is_causal))
+        out = merge_heads(masked_sdpa(split_heads(query, h), split_heads(key, h), split_heads(value, h), attn_mask, {causal}))
+        return {output}
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
     h = module.num_heads
     heads = [x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value)]
     mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
-    return softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
+    out = softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
+    return {reference_output}
 
-
-@zoo.hookimpl
+{hookimpl}
 def zoo_register_variants(register):
     register(zoo.Variant(name="{name}", summary="A test variant.", family="softmax", citation="none",
-                         factory=Plain, reference=reference, complexity=zoo.Complexity(time=2, memory=1)))
+                         factory=Plain, reference=reference, complexity=zoo.Complexity(time=2, memory=1), {variant}))
 '''
 
 
-def good_plugin(name: str) -> str:
-    return GOOD_PLUGIN.replace("{name}", name)
+def good_plugin(name: str, *, init: str = "", before: str = "", causal: str = "is_causal", output: str = "out",
+                reference_output: str = "out", variant: str = "", hookimpl: bool = True) -> str:
+    """The source of a plain softmax-attention plugin named ``name``, as a plugin file holds it, or of a faulty
+    twin: ``init`` / ``before`` run (as statements) at the end of ``__init__`` / the start of ``forward``;
+    ``causal`` is what it passes as is_causal; ``output`` / ``reference_output`` are what forward / the reference
+    return, of ``out``; ``variant`` adds keyword arguments to its zoo.Variant; ``hookimpl=False`` leaves out the
+    hook marker."""
+    def body(code: str) -> str:
+        return textwrap.indent(textwrap.dedent(code).strip("\n"), " " * 8) + "\n" if code.strip() else ""
+
+    return PLAIN_PLUGIN.format(name=name, init=body(init), before=body(before), causal=causal, output=output,
+                               reference_output=reference_output, variant=variant,
+                               hookimpl="@zoo.hookimpl" if hookimpl else "")
+
+
+def minimal_variant(**changes) -> zoo.Variant:
+    """A registrable variant with nothing behind it (an identity module, a reference that returns None), for
+    tests of the contract and the planner; ``changes`` replace its fields."""
+    from torch import nn
+
+    fields = dict(name="good", summary="s", family="f", citation="c", factory=lambda d_model, num_heads=1: nn.Identity(),
+                  reference=lambda *a, **k: None)
+    return zoo.Variant(**{**fields, **changes})
 
 
 def run_zoo(*args, env=None, timeout=600, inherit=True):

@@ -10,13 +10,11 @@ from zoo.leaderboard import render
 from zoo.ranking import gate
 from zoo.store import Store
 
-LEAKY = good_plugin("leaky").replace(
-    "return merge_heads(masked_sdpa(split_heads(query, h), split_heads(key, h), split_heads(value, h), attn_mask, is_causal))",
-    "return merge_heads(masked_sdpa(split_heads(query, h), split_heads(key, h), split_heads(value, h), attn_mask, False))")
+LEAKY = good_plugin("leaky", causal="False")
 
-NAN_WHEN_LONG = good_plugin("nanlong").replace(
-    "        h = self.num_heads\n        return",
-    "        h = self.num_heads\n        if query.shape[1] > 64:\n            return query * float('nan')\n        return")
+NAN_WHEN_LONG = good_plugin("nanlong", before="""
+    if query.shape[1] > 64:
+        return query * float('nan')""")
 
 
 SIGMOID = """

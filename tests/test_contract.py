@@ -6,14 +6,11 @@ import torch
 from torch import nn
 
 import zoo
+from conftest import minimal_variant
 from zoo.api import build
 from zoo.contract import RegistrationError, VariantInputError, VariantOutputError
 
 
-def _variant(**changes):
-    fields = dict(name="good", summary="s", family="f", citation="c", factory=lambda d_model, num_heads=1: nn.Identity(),
-                  reference=lambda *a, **k: None)
-    return zoo.Variant(**{**fields, **changes})
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -43,16 +40,16 @@ def _variant(**changes):
 ])
 def test_each_invalid_variant_field_is_refused_by_name(changes, message):
     with pytest.raises(RegistrationError, match=None) as caught:
-        _variant(**changes).validate()
+        minimal_variant(**changes).validate()
     assert message in str(caught.value)
 
 
 def test_the_deprecated_exact_tag_still_works_and_says_what_to_write_instead():
     with pytest.warns(DeprecationWarning, match="approximates='softmax'"):
         tags = zoo.Tags(exact=False)
-    assert _variant(tags=tags).approximates == "softmax" and "exact" not in tags.describe()
+    assert minimal_variant(tags=tags).approximates == "softmax" and "exact" not in tags.describe()
     with pytest.warns(DeprecationWarning, match="leave it out"):
-        assert _variant(tags=zoo.Tags(exact=True)).approximates is None
+        assert minimal_variant(tags=zoo.Tags(exact=True)).approximates is None
 
 
 @pytest.mark.parametrize("bounds, message", [
@@ -90,7 +87,7 @@ class Plain(nn.Module):
 
 
 def _module(tags=zoo.Tags(), factory=Plain):
-    return build(_variant(factory=factory, tags=tags), d_model=8, num_heads=2)
+    return build(minimal_variant(factory=factory, tags=tags), d_model=8, num_heads=2)
 
 
 X = torch.randn(2, 5, 8)

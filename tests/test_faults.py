@@ -102,8 +102,7 @@ def test_reading_commands_leave_the_store_and_a_merge_source_as_they_were(tmp_pa
 
 
 def test_a_plugin_constructor_bug_is_that_variants_error_rows_not_the_users_exit_2(write_plugin, tmp_path):
-    source = good_plugin("bugged").replace("        self.num_heads = num_heads\n",
-                                          "        self.num_heads = num_heads\n        len(5)\n")
+    source = good_plugin("bugged", init="len(5)")
     plugins = write_plugin("bugged", source)
     done = run_zoo("run", "bugged", "--suite", "correctness", "--profile", "smoke", "--d-model", "64", "--heads", "2",
                    "--plugins-dir", plugins, "--out", tmp_path)
@@ -137,12 +136,11 @@ def zoo_register_checks(register):
 
 def test_a_killed_worker_can_be_retried_with_resume_retry_errors(write_plugin, tmp_path):
     marker = tmp_path / "killed-once"
-    source = good_plugin("fragile").replace("        h = self.num_heads\n        return", f"""        import os, signal
+    source = good_plugin("fragile", before=f"""
+        import os, signal
         if not os.path.exists({str(marker)!r}):
             open({str(marker)!r}, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
-        h = self.num_heads
-        return""")
+            os.kill(os.getpid(), signal.SIGKILL)""")
     plugins = write_plugin("fragile", source)
     args = ("run", "fragile", "--suite", "correctness", "--profile", "smoke", "--plugins-dir", plugins, "--out", tmp_path)
     assert run_zoo(*args).returncode == 0

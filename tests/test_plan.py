@@ -4,6 +4,7 @@ the comparators measured wherever the variant is, and a reason for every length 
 import torch
 
 import zoo
+from conftest import minimal_variant
 from zoo.plan import plan_lengths, plan_rows
 from zoo.workload import SDPA, Workload
 
@@ -30,8 +31,7 @@ def _loads(costs: dict[str, callable]):
 
 
 def _variant(time=1, memory=1):
-    return zoo.Variant(name="v", summary="s", family="f", citation="c", factory=lambda **k: None,
-                       reference=lambda *a, **k: None, complexity=zoo.Complexity(time=time, memory=memory))
+    return minimal_variant(name="v", complexity=zoo.Complexity(time=time, memory=memory))
 
 
 def test_a_baseline_over_the_memory_cap_is_left_out_with_its_predicted_size():

@@ -79,7 +79,7 @@ def test_invalid_registration_is_refused_with_the_reason(write_plugin):
     ("multi-head", "which has parameters"),
 ])
 def test_approximating_something_that_cannot_be_compared_is_a_registration_failure(write_plugin, target, problem):
-    source = good_plugin("approx").replace('family="softmax",', f'family="softmax", approximates="{target}",')
+    source = good_plugin("approx", variant=f'approximates="{target}"')
     registry = load_registry([write_plugin("approx", source)])
     assert "approx" not in registry.variants and "approx" not in registry.plugins["approx"].variants
     [failure] = registry.failures
@@ -87,7 +87,7 @@ def test_approximating_something_that_cannot_be_compared_is_a_registration_failu
 
 
 def test_approximating_a_registered_exact_core_is_measured_against_it(write_plugin):
-    source = good_plugin("approx").replace('family="softmax",', 'family="softmax", approximates="dot-product",')
+    source = good_plugin("approx", variant='approximates="dot-product"')
     registry = load_registry([write_plugin("approx", source)])
     variant = registry.variant("approx")
     assert variant.approximated is registry.variant("dot-product")
@@ -110,7 +110,7 @@ def test_hook_typo_is_reported(write_plugin):
 
 
 def test_unmarked_hook_function_still_registers(write_plugin):
-    directory = write_plugin("unmarked", good_plugin("unmarked-variant").replace("@zoo.hookimpl\n", ""))
+    directory = write_plugin("unmarked", good_plugin("unmarked-variant", hookimpl=False))
     assert "unmarked-variant" in load_registry([directory]).list_variants()
 
 

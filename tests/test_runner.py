@@ -7,33 +7,19 @@ import pytest
 from conftest import good_plugin, run_zoo
 from zoo.store import Store
 
-LEAKS_FUTURE = good_plugin("leaks-future").replace(
-    "attn_mask, is_causal))", "attn_mask, False))  # ignores is_causal: a deliberate bug")
-
-CRASHES = good_plugin("crashes").replace(
-    "        h = self.num_heads\n        return", "        import os\n        os._exit(3)\n        return")
-
-HANGS = good_plugin("hangs").replace(
-    "        h = self.num_heads\n        return", "        import time\n        time.sleep(600)\n        return")
-
-FACTORY_RAISES = good_plugin("factory-raises").replace(
-    "        self.num_heads = num_heads", "        raise RuntimeError('cannot build')")
-
-
-def misbehaving(name: str, body: str) -> str:
-    """A plugin whose forward runs ``body`` (indented code) before computing attention."""
-    return good_plugin(name).replace("        h = self.num_heads\n        return",
-                                     "        import torch\n" + body + "        h = self.num_heads\n        return")
-
+LEAKS_FUTURE = good_plugin("leaks-future", causal="False")  # ignores is_causal: a deliberate bug
+CRASHES = good_plugin("crashes", before="import os; os._exit(3)")
+HANGS = good_plugin("hangs", before="import time; time.sleep(600)")
+FACTORY_RAISES = good_plugin("factory-raises", init="raise RuntimeError('cannot build')")
 
 MISBEHAVING = {
-    "forward-raises": misbehaving("forward-raises", "        raise ValueError('forward is broken')\n"),
-    "wrong-shape": good_plugin("wrong-shape").replace("attn_mask, is_causal))", "attn_mask, is_causal))[:, :1]"),
-    "wrong-dtype": good_plugin("wrong-dtype").replace("attn_mask, is_causal))", "attn_mask, is_causal)).half()"),
-    "gives-nan": good_plugin("gives-nan").replace("attn_mask, is_causal))", "attn_mask, is_causal)) * float('nan')"),
-    "segfaults": misbehaving("segfaults", "        import ctypes\n        ctypes.string_at(0)\n"),
-    "over-memory": misbehaving("over-memory", "        torch.ones(2 ** 31)\n"),
-    "chatty": "print('{\"type\": \"job\", garbage')\n" + misbehaving("chatty", "        print('not json {{{')\n"),
+    "forward-raises": good_plugin("forward-raises", before="raise ValueError('forward is broken')"),
+    "wrong-shape": good_plugin("wrong-shape", output="out[:, :1]"),
+    "wrong-dtype": good_plugin("wrong-dtype", output="out.half()"),
+    "gives-nan": good_plugin("gives-nan", output="out * float('nan')"),
+    "segfaults": good_plugin("segfaults", before="import ctypes; ctypes.string_at(0)"),
+    "over-memory": good_plugin("over-memory", before="import torch; torch.ones(2 ** 31)"),
+    "chatty": "print('{\"type\": \"job\", garbage')\n" + good_plugin("chatty", before="print('not json {{{')"),
 }
 
 

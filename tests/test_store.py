@@ -12,12 +12,11 @@ from zoo.store import Store
 NAMES = ["dot-product", "linear"]
 
 # A variant that kills the runner (its worker's parent) the first time it is called, as kill -9 would.
-RUNNER_KILLER = good_plugin("zz-killer").replace("        h = self.num_heads\n        return", """        import os, signal
-        if not os.path.exists(MARKER):
-            open(MARKER, "w").close()
-            os.kill(os.getppid(), signal.SIGKILL)
-        h = self.num_heads
-        return""")
+RUNNER_KILLER = good_plugin("zz-killer", before="""
+    import os, signal
+    if not os.path.exists(MARKER):
+        open(MARKER, "w").close()
+        os.kill(os.getppid(), signal.SIGKILL)""")
 
 
 def _run(out, *extra, plugins=None):

@@ -23,7 +23,7 @@ def test_check_variant_reports_skips_with_reasons(registry):
 
 
 def test_expected_failures_become_strict_xfails_with_readable_ids(tmp_path):
-    (tmp_path / "leaky.py").write_text(good_plugin("leaky").replace("attn_mask, is_causal))", "attn_mask, False))"))
+    (tmp_path / "leaky.py").write_text(good_plugin("leaky", causal="False"))
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(f'''
         from zoo.registry import load_registry
         from zoo.testing import parametrize_with_checks
@@ -46,7 +46,7 @@ def test_expected_failures_become_strict_xfails_with_readable_ids(tmp_path):
 
 def test_zoo_check_reports_the_smallest_failing_case(tmp_path):
     plugin = tmp_path / "leaky.py"
-    plugin.write_text(good_plugin("leaky").replace("attn_mask, is_causal))", "attn_mask, False))"))
+    plugin.write_text(good_plugin("leaky", causal="False"))
     out = subprocess.run([sys.executable, "-m", "zoo", "check", str(plugin)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 1
     line = next(l for l in out.stdout.splitlines() if "causal-leak" in l)
