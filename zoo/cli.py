@@ -16,9 +16,9 @@ import threading
 from pathlib import Path
 
 from .contract import OptionError, ZooError
+from .export import DATABASE, EXPORT
 
 DEFAULT_OUT = "leaderboard"
-DATABASE, EXPORT = "results.sqlite", "runs.jsonl"  # zoo.store's, without importing pandas for --help
 
 
 def _registry(args):

@@ -26,6 +26,9 @@ from .checks import ERROR, RESULT_FIELDS, STATUSES
 from .contract import ZooError
 
 EXPORT = "runs.jsonl"
+DATABASE = "results.sqlite"
+"""A board folder's two stores of runs: the committed export and the local database (named here, where nothing
+heavy is imported, so the CLI's help can name them)."""
 JOB_STATUSES = ("done", "error")
 ROW = "row"  # a result line's place among its job's rows (not a stored column: the order is)
 

@@ -24,10 +24,9 @@ import pandas as pd
 
 from .checks import RESULT_FIELDS
 from .contract import ZooError
-from .export import EXPORT, TABLE_COLUMNS, RunRecords, storable
+from .export import DATABASE, EXPORT, TABLE_COLUMNS, RunRecords, storable
 
 RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
-DATABASE = "results.sqlite"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
