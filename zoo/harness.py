@@ -47,37 +47,27 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     that has one. ``resume`` continues this machine's latest unfinished run in ``out`` with its own settings.
     ``attrs["suites"]`` holds the suites that drew the board."""
     from .folder import BoardFolder
-    from .leaderboard import render
-    from .profiles import resolve
+    from .profiles import Profile, resolve
     from .registry import load_registry
-    from .runner import LocalExecutor, RunOptions, execute, now, plan_jobs, worker_memory_limit
 
-    # validate (no plugin, no torch, nothing written yet)
+    # validate: every value, before a plugin loads or anything is written
     variants, filters, suites = (_names(label, value) for label, value in
                                  (("variants", variants), ("--filter", filters), ("--suite", suites)))
     plugins_dirs = [plugins_dirs] if isinstance(plugins_dirs, (str, os.PathLike)) else list(plugins_dirs)
-    overrides = {"--profile": profile, "--device": device, "--dtype": dtype, "--threads": threads, "--d-model": d_model,
-                 "--heads": heads, "--lengths": lengths, "--repeats": repeats, "--option": options,
-                 "--set": suite_settings}
-    if resume and any(value is not None for value in overrides.values()):
-        given = ", ".join(label for label, value in overrides.items() if value is not None)
-        raise OptionError(f"--resume: continues a run with the settings it started with; {given} cannot change "
-                          "them (drop them, or start a new run without --resume)")
+    if resume:
+        _refuse_new_settings({"--profile": profile, "--device": device, "--dtype": dtype, "--threads": threads,
+                              "--d-model": d_model, "--heads": heads, "--lengths": lengths, "--repeats": repeats,
+                              "--option": options, "--set": suite_settings})
     base, asked = check_options(
         profile or "quick", device=device or "cpu", dtype=dtype, threads=threads, d_model=d_model, heads=heads,
         lengths=lengths, repeats=repeats, options=options, suite_settings=suite_settings, executor=executor,
         timeout=timeout, memory_limit_gib=memory_limit_gib, address=address, resume=resume, retry_errors=retry_errors)
-    if executor == "ray":
-        from .ray_executor import check_reachable, require_ray
-
-        require_ray()
-        if address:
-            check_reachable(address)
+    _check_executor(executor, address)
     folder = BoardFolder(out)
     if resume and not folder.exists():
         raise OptionError(f"--resume: no run to continue in {str(folder.path)!r} (no {folder.database.name} there)")
     folder.path_must_be_writable()
-    # select
+    # select: the variants, the suites and their settings
     if registry is None:
         registry = load_registry(plugins_dirs, strict=strict)
         for failure in registry.failures:
@@ -86,45 +76,96 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     settings = resolve(base, registry.suites, asked.per_suite(registry.suites))
     chosen = _suites(registry, suites, settings)
     _check_variant_settings(registry, names, settings, chosen)
+    # plan: the run (new, or the one resumed, with its own settings) and the jobs it still lacks
     store = folder.for_writing()  # the database, with the runs of the committed export it lacks
     run_id = _run_to_resume(store, retry_errors, folder) if resume else None
     if run_id is not None:
-        from .profiles import Profile
-
         settings = Profile.from_dict(store.settings(run_id), registry.suites)  # a resumed run keeps its own
-    memory_limit = worker_memory_limit(settings.device, memory_limit_gib)
+    run_options = _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, address)
     _check_device_available(settings.device, executor, address)
-    # plan
-    if run_id is None:
-        from .environment import fingerprint
+    run_id = run_id or _start(store, settings, command)
+    todo = _jobs_to_do(store, run_id, names, chosen, retry_errors)
+    progress(f"zoo: run {run_id}: {len(todo)} jobs ({len(names) * len(chosen) - len(todo)} already done), profile "
+             f"{settings.name}, {settings.threads} threads, results in {folder.database}\n")
+    # execute, then report: the board and the export of every kept run, as a whole
+    _execute(registry, store, run_id, todo, _executor(executor, run_options), progress)
+    return _report(store, run_id, folder, registry)
 
-        environment = {**fingerprint(settings, settings.device), "command": command or "zoo.run(...)"}
-        run_id = store.start_run(settings.as_dict(), environment, now())
-    jobs = plan_jobs(names, chosen)
-    finished = store.finished_jobs(run_id, without_errors=retry_errors)
-    todo = [job for job in jobs if (job.variant, job.suite) not in finished]
-    progress(f"zoo: run {run_id}: {len(todo)} jobs ({len(jobs) - len(todo)} already done), profile {settings.name}, "
-             f"{settings.threads} threads, results in {folder.database}\n")
-    run_options = RunOptions(
-        profile=settings, timeout_seconds=timeout or settings.variant_timeout_seconds,
-        plugins_dirs=[str(Path(p).resolve()) for p in plugins_dirs], memory_limit_bytes=memory_limit,
-        ray_address=address, scratch_dir=str(folder.scratch.resolve()),
-    )
-    # execute
+
+def _refuse_new_settings(given: dict) -> None:
+    """A resumed run keeps the settings it started with: any option that would change them is refused."""
+    named = ", ".join(label for label, value in given.items() if value is not None)
+    if named:
+        raise OptionError(f"--resume: continues a run with the settings it started with; {named} cannot change "
+                          "them (drop them, or start a new run without --resume)")
+
+
+def _check_executor(executor: str, address: str | None) -> None:
+    """Ray installed and, for --address, a Ray cluster answering there (a child process asks it, briefly)."""
     if executor == "ray":
+        from .ray_executor import check_reachable, require_ray
+
+        require_ray()
+        if address:
+            check_reachable(address)
+
+
+def _start(store, settings, command: str | None) -> str:
+    """A new run in ``store``, with its settings and this machine's fingerprint; its id."""
+    from .environment import fingerprint
+    from .runner import now
+
+    environment = {**fingerprint(settings, settings.device), "command": command or "zoo.run(...)"}
+    return store.start_run(settings.as_dict(), environment, now())
+
+
+def _jobs_to_do(store, run_id: str, names: list[str], suites: list[str], retry_errors: bool) -> list:
+    """The (variant, suite) jobs the run has not finished (``retry_errors``: nor finished with errors)."""
+    from .runner import plan_jobs
+
+    finished = store.finished_jobs(run_id, without_errors=retry_errors)
+    return [job for job in plan_jobs(names, suites) if (job.variant, job.suite) not in finished]
+
+
+def _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, address):
+    """What every worker is told: the settings, its limits, where plugins and scratch space are."""
+    from .runner import RunOptions, worker_memory_limit
+
+    return RunOptions(
+        profile=settings, timeout_seconds=timeout or settings.variant_timeout_seconds,
+        plugins_dirs=[str(Path(p).resolve()) for p in plugins_dirs],
+        memory_limit_bytes=worker_memory_limit(settings.device, memory_limit_gib), ray_address=address,
+        scratch_dir=str(folder.scratch.resolve()))
+
+
+def _executor(kind: str, options):
+    """The executor of that kind: worker processes here, or Ray tasks."""
+    if kind == "ray":
         from .ray_executor import RayExecutor
 
-        chosen_executor = RayExecutor(run_options)
-    else:
-        chosen_executor = LocalExecutor(run_options)
+        return RayExecutor(options)
+    from .runner import LocalExecutor
+
+    return LocalExecutor(options)
+
+
+def _execute(registry, store, run_id: str, todo: list, executor, progress) -> None:
+    """Every job through the executor; a run stopped before any job finished leaves no trace."""
+    from .runner import execute, now
+
     try:
-        execute(registry, store, run_id, todo, chosen_executor, progress=progress)
+        execute(registry, store, run_id, todo, executor, progress=progress)
     except BaseException:
         with contextlib.suppress(Exception):  # the reason the run stopped is what the user must see
-            store.discard_if_empty(run_id)  # a run that failed before finishing any job leaves no trace
+            store.discard_if_empty(run_id)
         raise
     store.finish_run(run_id, now())
-    # report: the board and the export of every kept run, as a whole
+
+
+def _report(store, run_id: str, folder, registry) -> pd.DataFrame:
+    """The board and the export written; the run's rows, with where they went in ``attrs``."""
+    from .leaderboard import render
+
     written = render(store, run_id, folder.path, keep_runs=True, suites=registry.suites)
     results = store.results(run_id)
     results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]), suites=registry.suites)
