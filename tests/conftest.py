@@ -104,16 +104,20 @@ def minimal_variant(**changes) -> zoo.Variant:
     return zoo.Variant(**{**fields, **changes})
 
 
-def run_zoo(*args, env=None, timeout=600, inherit=True):
-    """``python -m zoo ARGS`` as a user runs it: a subprocess, its output captured; ``env`` adds to this
-    process's environment (``inherit=False``: replaces it)."""
-    import os
+def run_python(*args, env=None, inherit=True, cwd=None, timeout=600, check=False):
+    """``python ARGS`` in a child process, the one way the tests start one: its output captured as text; ``env``
+    adds to this process's environment (``inherit=False``: replaces it); ``check``: a failure raises."""
     import subprocess
     import sys
 
     environment = {**os.environ, **(env or {})} if inherit else env
-    return subprocess.run([sys.executable, "-m", "zoo", *map(str, args)], capture_output=True, text=True,
-                          env=environment, timeout=timeout)
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=environment,
+                          cwd=cwd, timeout=timeout, check=check)
+
+
+def run_zoo(*args, env=None, timeout=600, inherit=True):
+    """``python -m zoo ARGS`` as a user runs it (see :func:`run_python`)."""
+    return run_python("-m", "zoo", *args, env=env, inherit=inherit, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,9 @@
 """The `zoo` command as a user runs it: in a subprocess, through the console entry point's module."""
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import BUILTINS, good_plugin, run_zoo
+from conftest import BUILTINS, good_plugin, run_python, run_zoo
 
 
 def zoo(*args, env=None, timeout=120):
@@ -14,7 +12,7 @@ def zoo(*args, env=None, timeout=120):
 
 def test_help_is_instant_and_imports_neither_torch_nor_plugins():
     code = "import sys, zoo.cli; zoo.cli.build_parser().format_help(); print('torch' in sys.modules, 'zoo_builtins' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = run_python("-c", code, check=True)
     assert out.stdout.split() == ["False", "False"]
 
 

@@ -1,13 +1,11 @@
 """The CUDA paths; skipped with the reason where no GPU is present (scripts/gpu-check runs them)."""
 
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import torch
 
-from conftest import BUILTINS, run_zoo
+from conftest import BUILTINS, run_python, run_zoo
 from zoo.api import default_registry
 from zoo.cases import cases_for
 from zoo.profiles import get_profile
@@ -96,5 +94,5 @@ def test_the_runner_names_the_gpu_without_holding_a_cuda_context():
     code = ("import torch; from zoo.environment import fingerprint; from zoo.profiles import get_profile; "
             "device = fingerprint(get_profile('smoke'), 'cuda')['device']; "
             "print(device if not torch.cuda.is_initialized() else 'context created')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = run_python("-c", code, timeout=300)
     assert out.stdout.startswith("cuda (") and "unavailable" not in out.stdout, out.stdout + out.stderr

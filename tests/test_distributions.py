@@ -5,34 +5,30 @@ with its own conformance tests, and run through `zoo run-all --filter`.
 """
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import json
 
 import pytest
 
-from conftest import good_plugin
+from conftest import good_plugin, run_python, run_zoo
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def install(source: Path, target: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(source)],
-                   check=True, capture_output=True, text=True, timeout=600)
+    run_python("-m", "pip", "install", "-q", "--no-deps", "--target", target, source, check=True)
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")]))}
 
 
 def run(*args, env, cwd=None):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    return run_python(*args, env=env, inherit=False, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
 def scaffolded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("new")
-    made = subprocess.run([sys.executable, "-m", "zoo", "new", "my-scaffold", "--dir", str(tmp / "zoo-my-scaffold")],
-                          capture_output=True, text=True, timeout=60)
+    made = run_zoo("new", "my-scaffold", "--dir", tmp / "zoo-my-scaffold", timeout=60)
     assert made.returncode == 0, made.stderr
     return tmp / "zoo-my-scaffold", install(tmp / "zoo-my-scaffold", tmp / "site")
 

@@ -24,7 +24,7 @@ import pytest
 import zoo
 from conftest import run_zoo
 from zoo.cli import main
-from zoo.export import ExportError, read_export
+from zoo.export import read_export
 from zoo.folder import BoardFolder, FolderError
 from zoo.leaderboard import render
 from zoo.store import Store, StoreError

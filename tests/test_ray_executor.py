@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import good_plugin, run_zoo
+from conftest import good_plugin, run_python, run_zoo
 from zoo.leaderboard import render
 from zoo.store import Store
 
@@ -76,7 +76,7 @@ def test_a_killed_ray_worker_gives_an_error_row_and_the_run_goes_on(tmp_path):
 def test_missing_ray_says_how_to_install(tmp_path):
     code = ("import sys; sys.modules['ray'] = None; import zoo.cli; "
             f"sys.exit(zoo.cli.main(['run-all', '--executor', 'ray', '--out', {str(tmp_path)!r}]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = run_python("-c", code, timeout=120)
     assert done.returncode == 2 and "pip install 'attention-zoo[ray]'" in done.stderr
 
 
@@ -228,7 +228,7 @@ def test_what_ray_prints_while_connecting_goes_to_a_log_and_not_to_the_terminal(
             "    print('ray logger: a warning', file=sys.stderr)\n"
             "print('zoo: error: after', file=sys.stderr)\n")
     log = tmp_path / "ray-connect.log"
-    done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60)
+    done = run_python("-c", code, log, timeout=60)
     assert done.returncode == 0 and done.stderr == "zoo: error: after\n", done.stderr
     assert log.read_text() == "[W] rpc_client.h: Failed to connect to GCS\nray logger: a warning\n"
 

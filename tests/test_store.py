@@ -4,7 +4,6 @@ import multiprocessing
 import signal
 import sqlite3
 
-import pytest
 from conftest import good_plugin, run_zoo
 from zoo.folder import BoardFolder
 from zoo.store import Store

@@ -1,14 +1,12 @@
 """zoo.testing for plugin authors: check_variant reports, parametrize_with_checks in their pytest."""
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from zoo.testing import check_variant, parametrize_with_checks
 
-from conftest import good_plugin
+from conftest import good_plugin, run_python, run_zoo
 
 
 @parametrize_with_checks(["windowed", "linear"])
@@ -38,8 +36,7 @@ def test_expected_failures_become_strict_xfails_with_readable_ids(tmp_path):
         def test_conformance(variant, check):
             check(variant)
     '''))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rxX", str(tmp_path / "test_leaky.py")],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    out = run_python("-m", "pytest", "-q", "-rxX", tmp_path / "test_leaky.py", cwd=tmp_path, timeout=300)
     assert "XFAIL" in out.stdout and "test_conformance[leaky-causal-leak]" in out.stdout, out.stdout
     assert " failed" not in out.stdout and out.returncode == 0, out.stdout
 
@@ -47,7 +44,7 @@ def test_expected_failures_become_strict_xfails_with_readable_ids(tmp_path):
 def test_zoo_check_reports_the_smallest_failing_case(tmp_path):
     plugin = tmp_path / "leaky.py"
     plugin.write_text(good_plugin("leaky", causal="False"))
-    out = subprocess.run([sys.executable, "-m", "zoo", "check", str(plugin)], capture_output=True, text=True, timeout=300)
+    out = run_zoo("check", plugin, timeout=300)
     assert out.returncode == 1
     line = next(l for l in out.stdout.splitlines() if "causal-leak" in l)
     assert "FAIL" in line and "smallest: [batch=2 q_len=10" in line and "future tokens" in line

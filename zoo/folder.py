@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .contract import ZooError
-from .export import EXPORT, ExportError, RunRecords, check_records, export_bytes, read_export
-from .store import DATABASE, SQLITE_HEADER, Store, StoreError, disk_full
+from .export import DATABASE, EXPORT, ExportError, RunRecords, check_records, export_bytes, read_export
+from .store import SQLITE_HEADER, Store, StoreError, disk_full
 
 SCRATCH = ".zoo-cache"  # ignored by git: the lock, staged files, the journal, executors' temporary files
 LOCK, JOURNAL, STAGING = "lock", "publish.json", "publish-"

@@ -24,7 +24,7 @@ import pandas as pd
 
 from .checks import RESULT_FIELDS
 from .contract import ZooError
-from .export import DATABASE, EXPORT, TABLE_COLUMNS, RunRecords, storable
+from .export import EXPORT, TABLE_COLUMNS, RunRecords, storable
 
 RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
 
