@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import torch
+
 from zoo.board import Board
 from zoo.checks import Result
 from zoo.export import EXPORT, ExportError, check_records, export_bytes, read_export
@@ -43,14 +45,16 @@ def test_versus_and_params_survive_the_store_and_the_export(tmp_path):
     assert read_export(tmp_path / EXPORT)[run].digest() == record.digest()
 
 
-def test_a_plugins_numpy_scalar_in_params_is_stored_as_its_number_and_an_object_becomes_an_error_row(tmp_path):
+def test_a_plugins_numpy_scalar_in_params_is_kept_as_its_number_and_anything_else_as_its_repr(tmp_path):
     import numpy as np
 
-    store, run = _store_with(tmp_path, [Result("c", "measured", value=1.0, params={"k": np.int64(3)}),
-                                        Result("d", "measured", value=1.0, params={"k": object()})])
-    back = store.results(run)
-    assert back.params[0] == {"k": 3}
-    assert back.status[1] == "error" and "params" in back.detail[1]
+    swept = {"k": np.int64(3), "scale": torch.tensor(0.5), "window": None, "dtype": torch.float16, "big": float("inf")}
+    store, run = _store_with(tmp_path, [Result("c", "measured", value=1.0, params=swept)])
+    assert store.results(run).params[0] == {"k": 3, "scale": 0.5, "window": "None", "dtype": "torch.float16",
+                                            "big": "inf"}
+    json.dumps(Result("c", "measured", params=swept).as_dict())  # what a worker sends: plain JSON
+    with pytest.raises(ValueError, match="params must be a mapping"):
+        Result("c", "measured", params="k=3")
 
 
 @pytest.mark.parametrize("params, message", [
@@ -99,15 +103,22 @@ def test_a_name_is_split_only_when_it_is_no_kind_of_today():
     assert upgrade_name("peak-fraction", suites) == ("peak-fraction", "")
 
 
-def test_upgrading_keeps_the_rows_order_and_their_other_suites(tmp_path):
+def test_only_the_rows_of_runs_stored_before_are_upgraded_in_order_and_by_their_own_suite():
     import pandas as pd
 
-    rows = pd.DataFrame([{"suite": "speed", "check": "x-torch-sdpa", "versus": "", "setting": "", "params": None},
-                         {"suite": "mine", "check": "x-torch-sdpa", "versus": "", "setting": "", "params": None},
-                         {"suite": "correctness", "check": "baseline-naive", "versus": "", "setting": "", "params": None}])
-    upgraded = upgrade_rows(rows, registered_suites())
-    assert list(zip(upgraded.check, upgraded.versus)) == [("time-ratio", "torch-sdpa"), ("x-torch-sdpa", ""),
-                                                         ("baselines", "naive")]
+    def row(run, suite, check, setting=""):
+        return {"run_id": run, "suite": suite, "check": check, "versus": "", "setting": setting, "params": None}
+
+    rows = pd.DataFrame([row("old", "speed", "x-torch-sdpa"), row("old", "mine", "x-torch-sdpa"),
+                         row("old", "correctness", "baseline-naive"),
+                         row("old", "correctness", "device-placement", "batch=2 q_len=9 baseline naive"),
+                         row("old", "speed", "approximation-error-sweep", "full fwd n=64 dtype=torch.float16"),
+                         row("new", "speed", "compile-time"), row("new", "complexity", "attention-flops")])
+    upgraded = upgrade_rows(rows, registered_suites(), {"old": {}, "new": {"row_form": "2"}})
+    assert list(zip(upgraded.check, upgraded.versus)) == [
+        ("time-ratio", "torch-sdpa"), ("x-torch-sdpa", ""), ("baselines", "naive"), ("device-placement", "naive"),
+        ("approximation-error-sweep", ""), ("compile-time", ""), ("attention-flops", "")]
+    assert upgraded.params[4] == {"dtype": "torch.float16"}  # no literal: kept as written
 
 
 def test_an_older_store_gains_the_new_columns_and_reads_the_same_before_it_does(tmp_path):
@@ -128,3 +139,11 @@ def test_an_older_store_gains_the_new_columns_and_reads_the_same_before_it_does(
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert {"versus", "params"} <= {row[1] for row in db.execute("PRAGMA table_info(results)")}
     assert writable.records([run])[run].digest() == source.records([run])[run].digest()
+
+
+def test_a_new_run_records_that_its_rows_are_typed_so_none_of_them_is_ever_renamed():
+    from zoo.checks import ROW_FORM
+    from zoo.environment import fingerprint
+    from zoo.profiles import get_profile
+
+    assert fingerprint(get_profile("smoke"), "cpu")["row_form"] == ROW_FORM

@@ -158,6 +158,10 @@ def _carried_rows(store: Store, suite: str) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def _environments(store: Store, rows: pd.DataFrame) -> dict[str, dict]:
+    return {run: store.environment(run) for run in set(rows.run_id)} if "run_id" in rows else {}
+
+
 @dataclass
 class Board:
     """One run's board (see the module): ``results`` are the rows the ranking is gated on, ``carried`` the rows
@@ -177,13 +181,13 @@ class Board:
     def of(cls, store: Store, run_id: str, suites: dict[str, Suite]) -> "Board":
         """The board of ``run_id`` in ``store``, drawn by ``suites``."""
         results, jobs = board_rows(store, run_id)
-        results = upgrade_rows(results, suites)
+        results = upgrade_rows(results, suites, _environments(store, results))
         cards: dict[str, dict] = {}
         for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
             cards.setdefault(job.variant, job.provenance)
         present = set(results.suite)
-        carried = {name: upgrade_rows(rows, suites) for name, suite in suites.items() if suite.carried
-                   and name not in present and not (rows := _carried_rows(store, name)).empty}
+        carried = {name: upgrade_rows(rows, suites, _environments(store, rows)) for name, suite in suites.items()
+                   if suite.carried and name not in present and not (rows := _carried_rows(store, name)).empty}
         return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried)
 
     # --- who is on it -----------------------------------------------------------------------------------

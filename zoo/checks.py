@@ -5,7 +5,8 @@ from __future__ import annotations
 import enum
 import traceback
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+import math
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .contract import NAME_PATTERN, RegistrationError
 
@@ -61,6 +62,10 @@ class Result:
         if self.status not in STATUSES:
             raise ValueError(f"result status must be one of {STATUSES}, got {self.status!r}")
         self.status = Status(self.status).value
+        if self.params is not None:
+            if not isinstance(self.params, Mapping):
+                raise ValueError(f"result params must be a mapping of names to values, got {self.params!r}")
+            self.params = {str(key): _scalar(value) for key, value in self.params.items()}
 
     def as_dict(self) -> dict[str, Any]:
         """The row as plain data (what the worker sends and the store keeps)."""
@@ -68,6 +73,10 @@ class Result:
 
 
 RESULT_FIELDS = [f.name for f in fields(Result)]
+ROW_FORM = "2"
+"""How a run's rows say what they are about, recorded in its environment as ``row_form``: "2", in ``versus`` and
+``params``; a run without it (1) built the other callable into the check name (``x-torch-sdpa``), and its rows
+are read through each suite's ``upgrade``. Rows of newer runs are never renamed."""
 """The result schema, in one place: the store's columns and results.csv follow it (plus the variant and suite)."""
 
 
@@ -94,6 +103,16 @@ class Check:
                 raise RegistrationError(f"check {attr} {value!r} does not match {NAME_PATTERN.pattern}")
         if not callable(self.run) or not callable(self.applies):
             raise RegistrationError(f"check {self.name!r}: run and applies must be callable")
+
+
+def _scalar(value):
+    """A params value as the store keeps one: a number, text or boolean (a numpy or torch scalar as its number);
+    anything else (None, a tuple, a dtype, an infinity) as its repr, so a row never fails for its params."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    if isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return repr(value)
 
 
 def requires(*tag_names: str) -> Callable[["Tags"], str | None]:

@@ -374,7 +374,7 @@ def cmd_compare(args) -> int:
     store, path = _read_only_store(args.out)
     resolved = [_resolve_run(store, given, path) for given in (args.run_a, args.run_b)]
     suites = _registry(args).suites
-    a, b = (upgrade_rows(store.results(r), suites) for r in resolved)
+    a, b = (upgrade_rows(store.results(r).assign(run_id=r), suites, {r: store.environment(r)}) for r in resolved)
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
     for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
         print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)

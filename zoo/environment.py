@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .checks import ROW_FORM
+
 COMPARABLE_ENVIRONMENT = ("cpu", "cpu_count", "device", "torch", "threads")
 """A run's fingerprint entries that must agree for figures of two runs to share a board (or one resumed run)."""
 
@@ -116,4 +118,5 @@ def fingerprint(profile, device: str) -> dict[str, str]:
         "profile": profile.name,
         "host": socket.gethostname(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "row_form": ROW_FORM,
     }

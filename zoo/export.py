@@ -337,17 +337,10 @@ def _normalized(row: dict) -> dict:
     params = values["params"]
     if params is not None and not isinstance(params, str):
         try:
-            values["params"] = json.dumps(params, sort_keys=True, allow_nan=True, default=_scalar) if params else None
+            values["params"] = json.dumps(params, sort_keys=True, allow_nan=True) if params else None
         except (TypeError, ValueError, OverflowError):
             values["params"] = repr(params)
     return values
-
-
-def _scalar(value):
-    """A numpy or torch scalar as the Python number it holds (a row's params may carry one)."""
-    if hasattr(value, "item") and getattr(value, "ndim", getattr(value, "dim", lambda: 1)) in (0, ()):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not a number, text or boolean")
 
 
 def _kind_problem(kind: Kind, value) -> str | None:

@@ -201,7 +201,7 @@ def _target_rows(board: Board) -> list[dict]:
                 verdict = "met" if all(target.met_by(v) for v in sel.value) else "not met"
                 measured = ", ".join(f"n={int(r.n)}: {r.value:.3g}" for r in sel.itertuples())
             where = f"n={target.n}" if target.n is not None else "every timed n"
-            measure = f"{target.check} vs {target.versus}" if target.versus else target.check
+            measure = f"{check} vs {versus}" if versus else check
             rows.append({"variant": variant, "target": target.note, "measure": measure,
                          "where": f"{target.mode} {target.phase}, {where}", "goal": target.bound(),
                          "measured": measured, "verdict": verdict})

@@ -70,8 +70,8 @@ def generic_section(suite: "Suite", board: "Board") -> Section:
     counts = [{"variant": variant, **{status: int((group.status == status).sum()) for status in STATUSES
                                       if status != MEASURED and (verdicts.status == status).any()}}
               for variant, group in verdicts.groupby("variant")]
-    values = [{"variant": r.variant, "check": r.check, "setting": r.setting, "value": r.value, "unit": r.unit,
-               "detail": r.detail} for r in measured.itertuples()]
+    values = [{"variant": r.variant, "check": r.check, **({"versus": r.versus} if measured.versus.any() else {}),
+               "setting": r.setting, "value": r.value, "unit": r.unit, "detail": r.detail} for r in measured.itertuples()]
     return Section(suite.name.capitalize(), [f"{suite.summary.rstrip('.')}. From {board.source_text(suite.name)}."],
                    [table for table in (Table("Verdicts", [], counts), Table("Measurements", [], values)) if table.rows])
 
@@ -183,11 +183,15 @@ def legacy_names(row: dict, templates: Mapping[str, str], current: Iterable[str]
     return row
 
 
-def upgrade_rows(rows: "pd.DataFrame", suites: Mapping[str, "Suite"]) -> "pd.DataFrame":
-    """Stored rows as their suites' rows are today (each suite's ``upgrade``), in the order they came."""
+def upgrade_rows(rows: "pd.DataFrame", suites: Mapping[str, "Suite"], environments: Mapping[str, dict]) -> "pd.DataFrame":
+    """Stored rows as their suites' rows are today (each suite's ``upgrade``), in the order they came: only the
+    rows of runs stored before rows had ``versus`` and ``params`` (``environments``: each run's, by id; see
+    :data:`zoo.checks.ROW_FORM`), so a newer row is never renamed, whatever its name."""
     rows = rows.copy()
+    old = {run for run, environment in environments.items() if "row_form" not in environment}
+    before = rows["run_id"].isin(old).to_numpy() if "run_id" in rows and not rows.empty else None
     for name, suite in suites.items():
-        mine = (rows["suite"] == name).to_numpy() if suite.upgrade and not rows.empty else None
+        mine = (rows["suite"] == name).to_numpy() & before if suite.upgrade and before is not None else None
         if mine is None or not mine.any():
             continue
         upgraded = [suite.upgrade(dict(row)) for row in rows.loc[mine].to_dict("records")]

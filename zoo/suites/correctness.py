@@ -393,6 +393,15 @@ CHECKS = [
 ]
 
 
+def upgrade(row: dict) -> dict:
+    """A stored row as the suite yields it today: a baseline's verdicts named by ``versus``, not in the check name
+    (``baseline-<label>``) or, for device placement, at the end of the setting (``... baseline <label>``)."""
+    row = legacy_names(row, {"baselines": "baseline-{}"}, [c.name for c in CHECKS])
+    if row["check"] == "device-placement" and not row.get("versus") and " baseline " in (row.get("setting") or ""):
+        row = {**row, "versus": row["setting"].rsplit(" baseline ", 1)[1]}
+    return row
+
+
 def section(board) -> zoo.Section:
     """Per variant: how many checks passed, failed, erred or did not apply, and how many cases ran."""
     rows = []
@@ -421,7 +430,7 @@ SUITE_DEFINITION = zoo.Suite(
     SUITE, "each variant against its float64 reference and its baselines, and the properties any attention with its "
     "capabilities must keep", measures=tuple(zoo.Measure(c.name, c.summary) for c in CHECKS),
     blocking=(FAILED, ERROR), required=True, section=section, order=10,
-    upgrade=lambda row: legacy_names(row, {"baselines": "baseline-{}"}, [c.name for c in CHECKS]),
+    upgrade=lambda row: upgrade(row),
     settings={"cases": 3},  # random cases per check, on small shapes
     presets={"full": {"cases": 8}, "smoke": {"cases": 1}}, legacy={"cases": "cases"})
 

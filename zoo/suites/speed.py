@@ -7,7 +7,6 @@ rounds; ratios per round; the thread count fixed for the whole suite.
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import os
 import re
@@ -539,9 +538,12 @@ def upgrade(row: dict) -> dict:
     """A stored row as the suite yields it today: the callable out of its name, a swept option out of its setting."""
     row = legacy_names(row, LEGACY_NAMES, [m.name for m in SUITE_DEFINITION.measures])
     if row["check"].startswith("approximation-error-sweep") and not row.get("params") and "=" in row["setting"]:
-        option, _, value = row["setting"].rsplit(" ", 1)[-1].partition("=")
-        with contextlib.suppress(ValueError, SyntaxError):
-            row = {**row, "params": {option: ast.literal_eval(value)}}
+        option, _, text = row["setting"].rsplit(" ", 1)[-1].partition("=")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):  # a value that was no literal (torch.float16): kept as written
+            value = text
+        row = {**row, "params": Result("", MEASURED, params={option: value}).params}
     return row
 
 
