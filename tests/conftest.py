@@ -115,6 +115,18 @@ def run_python(*args, env=None, inherit=True, cwd=None, timeout=600, check=False
                           cwd=cwd, timeout=timeout, check=check)
 
 
+def zoo_here(capsys, *args) -> tuple[int, list[str]]:
+    """``zoo ARGS`` in this process, where a subprocess would assert nothing more: its exit status (argparse's
+    own exit too) and its stderr lines."""
+    from zoo.cli import main
+
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exit_:
+        status = exit_.code
+    return status, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
 def run_zoo(*args, env=None, timeout=600, inherit=True):
     """``python -m zoo ARGS`` as a user runs it (see :func:`run_python`)."""
     return run_python("-m", "zoo", *args, env=env, inherit=inherit, timeout=timeout)

@@ -13,16 +13,16 @@ import pytest
 import torch
 
 import zoo
-from conftest import good_plugin, run_zoo
+from conftest import good_plugin, run_zoo, zoo_here
 from zoo.contract import VariantInputError
 from zoo.runner import SCRATCH_PREFIX, remove_stale_scratch
 from zoo.store import Store
 
 
 def _one_error_line(done, *needles):
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert done.returncode == 2, done.stderr
-    assert len(lines) == 1 and lines[0].startswith("zoo"), done.stderr
+    status, lines = done
+    assert status == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("zoo"), lines
     assert all(needle in lines[0] for needle in needles), lines[0]
 
 
@@ -39,8 +39,8 @@ def _digest(path) -> str:
     (["--profile", "quick", "--bogus"], ["unrecognized arguments", "--bogus"]),
     (["--executor", "nope"], ["--executor", "nope"]),
 ])
-def test_bad_values_get_one_line_and_exit_2(tmp_path, args, needles):
-    _one_error_line(run_zoo("run", "dot-product", "--out", tmp_path, *args), *needles)
+def test_bad_values_get_one_line_and_exit_2(tmp_path, capsys, args, needles):
+    _one_error_line(zoo_here(capsys, "run", "dot-product", "--out", tmp_path, *args), *needles)
     assert not (tmp_path / "results.sqlite").exists() or Store(tmp_path / "results.sqlite").runs().empty
 
 
@@ -55,19 +55,16 @@ def test_a_plugin_that_exits_at_import_is_a_warning_and_the_run_goes_on(write_pl
 
 
 @pytest.mark.parametrize("content", [os.urandom(4096), b"SQLite format 3\x00" + b"\x00" * 50])
-def test_a_file_that_is_not_a_results_database_is_one_line_and_never_changed(tmp_path, content):
+def test_a_file_that_is_not_a_results_database_is_one_line_and_never_changed(tmp_path, capsys, content):
     database = tmp_path / "results.sqlite"
     database.write_bytes(content)
     before = _digest(database)
     for args in (["leaderboard", "--out", tmp_path], ["run", "dot-product", "--suite", "correctness", "--out", tmp_path],
                  ["run", "dot-product", "--resume", "--out", tmp_path], ["compare", "a", "b", "--out", tmp_path]):
-        done = run_zoo(*args)
-        assert done.returncode == 2 and "results database" in done.stderr, (args, done.stderr)
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        _one_error_line(zoo_here(capsys, *args), "results database")
     other = tmp_path / "elsewhere"
     other.mkdir()
-    done = run_zoo("merge", database, "--out", other)
-    assert done.returncode == 2 and "results database" in done.stderr
+    _one_error_line(zoo_here(capsys, "merge", database, "--out", other), "results database")
     assert _digest(database) == before
 
 
@@ -77,15 +74,14 @@ def _finished_store(tmp_path):
     return tmp_path / "results.sqlite"
 
 
-def test_a_store_from_a_newer_zoo_is_refused_untouched_and_gets_no_phantom_run(tmp_path):
+def test_a_store_from_a_newer_zoo_is_refused_untouched_and_gets_no_phantom_run(tmp_path, capsys):
     database = _finished_store(tmp_path)
     with sqlite3.connect(database) as db:
         db.execute("PRAGMA user_version = 99")
         db.execute("PRAGMA journal_mode = DELETE")
     before = _digest(database)
     for args in (["leaderboard"], ["run", "dot-product", "--suite", "correctness"], ["run", "dot-product", "--resume"]):
-        done = run_zoo(*args, "--out", tmp_path)
-        assert done.returncode == 2 and "newer zoo" in done.stderr, done.stderr
+        _one_error_line(zoo_here(capsys, *args, "--out", tmp_path), "newer zoo")
     assert _digest(database) == before
 
 

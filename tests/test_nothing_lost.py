@@ -22,8 +22,7 @@ import pandas as pd
 import pytest
 
 import zoo
-from conftest import run_zoo
-from zoo.cli import main
+from conftest import run_zoo, zoo_here
 from zoo.export import read_export
 from zoo.folder import BoardFolder, FolderError
 from zoo.leaderboard import render
@@ -68,12 +67,6 @@ def snapshot(folder: Path) -> dict[str, str]:
         runs = Store(database, readonly=True).records()
         files["results.sqlite"] = json.dumps({run_id: run.digest() for run_id, run in sorted(runs.items())})
     return files
-
-
-def zoo_here(capsys, *args) -> tuple[int, list[str]]:
-    """``zoo ARGS`` in this process: its exit status and its stderr lines."""
-    status = main([str(a) for a in args])
-    return status, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
 
 
 def exported_runs(folder: Path) -> dict[str, str]:
