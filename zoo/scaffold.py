@@ -27,6 +27,10 @@ $name = "$module"
 
 [tool.setuptools]
 packages = ["$module"]
+
+# pytest's own settings for this distribution, so a folder it sits in (a zoo checkout, say) lends it none
+[tool.pytest.ini_options]
+testpaths = ["tests"]
 ''')
 
 MODULE = Template('''"""$name: scaled dot-product attention with a temperature, as a starting point.
