@@ -93,7 +93,9 @@ def zoo_register_variants(register):
         options={"lambda_init": 0.8},
         flops=flops,
         targets=(
-            zoo.Target("time-ratio", versus="torch-mha-layer", at_most=2.0, phase="fwd", note="at most 2x nn.MultiheadAttention's forward"),
-            zoo.Target("time-ratio", versus="torch-mha-layer", at_most=2.0, phase="fwd+bwd", note="at most 2x nn.MultiheadAttention's fwd+bwd"),
+            zoo.Target("time-ratio", versus="torch-mha-layer", at_most=2.0, phase="fwd",
+                       note="at most 2x nn.MultiheadAttention's forward"),
+            zoo.Target("time-ratio", versus="torch-mha-layer", at_most=2.0, phase="fwd+bwd",
+                       note="at most 2x nn.MultiheadAttention's fwd+bwd"),
         ),
     ))

@@ -44,7 +44,9 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=2, memory=1),
         flops=flops,
         targets=(
-            zoo.Target("time-ratio", versus="torch-sdpa", at_most=1.05, phase="fwd", note="within 1.05x of torch SDPA at every timed n"),
-            zoo.Target("time-ratio", versus="torch-sdpa", at_most=1.05, phase="fwd+bwd", note="within 1.05x of torch SDPA at every timed n"),
+            zoo.Target("time-ratio", versus="torch-sdpa", at_most=1.05, phase="fwd",
+                       note="within 1.05x of torch SDPA at every timed n"),
+            zoo.Target("time-ratio", versus="torch-sdpa", at_most=1.05, phase="fwd+bwd",
+                       note="within 1.05x of torch SDPA at every timed n"),
         ),
     ))

@@ -80,8 +80,10 @@ def flops(batch, q_len, k_len, d_model, num_heads, kv_heads=None, **options):
 
 
 TARGETS = (
-    zoo.Target("time-ratio", versus="repeated-kv", at_most=1.05, phase="fwd", note="within 1.05x of SDPA on key/value heads repeated per query head"),
-    zoo.Target("time-ratio", versus="repeated-kv", at_most=1.05, phase="fwd+bwd", note="within 1.05x of SDPA on repeated key/value heads"),
+    zoo.Target("time-ratio", versus="repeated-kv", at_most=1.05, phase="fwd",
+               note="within 1.05x of SDPA on key/value heads repeated per query head"),
+    zoo.Target("time-ratio", versus="repeated-kv", at_most=1.05, phase="fwd+bwd",
+               note="within 1.05x of SDPA on repeated key/value heads"),
 )
 
 

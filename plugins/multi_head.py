@@ -69,8 +69,11 @@ def zoo_register_variants(register):
         baselines={"torch-mha": torch_mha(need_weights=False), "torch-mha-weights": torch_mha(need_weights=True)},
         flops=flops,
         targets=(
-            zoo.Target("time-ratio", versus="torch-mha", at_most=1.05, phase="fwd", note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
-            zoo.Target("time-ratio", versus="torch-mha", at_most=1.05, phase="fwd+bwd", note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
-            zoo.Target("time-ratio", versus="torch-mha-weights", at_most=1.0, phase="fwd", note="faster than nn.MultiheadAttention's default path"),
+            zoo.Target("time-ratio", versus="torch-mha", at_most=1.05, phase="fwd",
+                       note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
+            zoo.Target("time-ratio", versus="torch-mha", at_most=1.05, phase="fwd+bwd",
+                       note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
+            zoo.Target("time-ratio", versus="torch-mha-weights", at_most=1.0, phase="fwd",
+                       note="faster than nn.MultiheadAttention's default path"),
         ),
     ))

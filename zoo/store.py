@@ -24,7 +24,7 @@ import pandas as pd
 
 from .checks import RESULT_FIELDS
 from .contract import ZooError
-from .export import EXPORT, TABLE_COLUMNS, RunRecords, storable
+from .export import EXPORT, OPTIONAL, TABLE_COLUMNS, RunRecords, storable
 
 RESULT_COLUMNS = ["variant", "suite", *RESULT_FIELDS]
 
@@ -414,8 +414,8 @@ class Store:
 
 
 def _absent(column: str) -> str:
-    """What an older store's missing column reads as."""
-    return "''" if column == "versus" else "NULL"
+    """What an older store's missing result column reads as: what an export line without it holds."""
+    return "''" if OPTIONAL.get(("results", column)) == "" else "NULL"
 
 
 def _upgrade(db: sqlite3.Connection) -> None:

@@ -171,8 +171,8 @@ class Suite:
 def legacy_names(row: dict, templates: Mapping[str, str], current: Iterable[str]) -> dict:
     """``row`` with a name built the old way split into its kind and ``versus``: before rows had a ``versus``
     field, a ratio to SDPA was stored as check ``x-torch-sdpa``; with ``templates`` {"time-ratio": "x-{}"} it
-    becomes check ``time-ratio``, versus ``torch-sdpa``. A name among ``current`` (today's kinds) or a row with a ``versus`` is
-    left as it is."""
+    becomes check ``time-ratio``, versus ``torch-sdpa``. A name among ``current`` (today's kinds) or a row with
+    a ``versus`` is left as it is."""
     if row.get("versus") or row["check"] in set(current):
         return row
     for kind, template in templates.items():
@@ -196,7 +196,7 @@ def upgrade_rows(rows: "pd.DataFrame", suites: Mapping[str, "Suite"], environmen
             continue
         upgraded = [suite.upgrade(dict(row)) for row in rows.loc[mine].to_dict("records")]
         for column in ("check", "versus", "params"):
-            rows[column] = rows[column].astype(object)
+            rows[column] = rows[column].astype(object)  # a dict (params) or text may replace what was there
             rows.loc[mine, column] = _object_column([row.get(column) for row in upgraded], rows.index[mine])
     return rows
 

@@ -430,7 +430,7 @@ SUITE_DEFINITION = zoo.Suite(
     SUITE, "each variant against its float64 reference and its baselines, and the properties any attention with its "
     "capabilities must keep", measures=tuple(zoo.Measure(c.name, c.summary) for c in CHECKS),
     blocking=(FAILED, ERROR), required=True, section=section, order=10,
-    upgrade=lambda row: upgrade(row),
+    upgrade=upgrade,
     settings={"cases": 3},  # random cases per check, on small shapes
     presets={"full": {"cases": 8}, "smoke": {"cases": 1}}, legacy={"cases": "cases"})
 
