@@ -43,7 +43,8 @@ class Result:
     What a row is about is typed: ``check`` is the kind of row (a :class:`zoo.Measure` of its suite), ``versus``
     the callable it compares with or measures instead of the variant (empty: the variant itself), ``params``
     named values it was measured at beyond ``n``/``mode``/``phase`` (a correctness case's shape, a swept
-    option). ``setting`` and ``detail`` are for people; nothing reads them back."""
+    option); ``low``/``high`` the interval its value is uncertain over (a timing's, across processes and rounds),
+    which ranks and ``zoo compare`` read. ``setting`` and ``detail`` are for people; nothing reads them back."""
 
     check: str
     status: str
@@ -57,6 +58,8 @@ class Result:
     samples: list[float] | None = None  # per-round measurements behind ``value`` (timings), for `zoo compare`
     versus: str = ""  # the other callable the row is about: a ratio's denominator, or whose time/count/plan it is
     params: dict[str, Any] | None = None  # what else the row was measured at, by name: a case's shape, an option
+    low: float | None = None  # the interval ``value`` is uncertain over: where a rerun's figure is expected (timings)
+    high: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -133,9 +133,9 @@ def _parse(text: str):
 _RESULT_KINDS: dict[str, Kind] = {
     "check": _name, "status": _one_of(STATUSES), "setting": _text, "value": _optional_number, "unit": _text,
     "detail": _text, "n": _optional_integer, "mode": _text, "phase": _text, "samples": _optional_json_numbers,
-    "versus": _text, "params": _optional_params,
+    "versus": _text, "params": _optional_params, "low": _optional_number, "high": _optional_number,
 }
-OPTIONAL = {("results", "versus"): "", ("results", "params"): None}
+OPTIONAL = {("results", "versus"): "", ("results", "params"): None, ("results", "low"): None, ("results", "high"): None}
 """Columns added since exports were first written, with the value a line without them has: a line leaves them out
 at that value, so a run stored before they existed keeps its lines (and its digest) as they were."""
 SCHEMA: dict[str, dict[str, Kind]] = {
@@ -303,8 +303,9 @@ def storable(rows: Iterable[dict], check: str = "") -> list[dict]:
                     if (problem := _kind_problem(kind, values[column]))]
         if problems:
             name = values["check"] if not _kind_problem(_name, values["check"]) else (check or "invalid-row")
-            values = {**{name: "" for name in ("setting", "unit", "mode", "phase", "versus")}, "value": None,
-                      "n": None, "samples": None, "params": None, "check": name, "status": ERROR,
+            values = {**{name: "" for name in ("setting", "unit", "mode", "phase", "versus")},
+                      **{name: None for name in ("value", "n", "samples", "params", "low", "high")}, "check": name,
+                      "status": ERROR,
                       "detail": "the check yielded a row the store cannot keep: " + "; ".join(problems)[:500]}
         kept.append(values)
     return kept
@@ -317,13 +318,14 @@ def _normalized(row: dict) -> dict:
             values[name] = ""
         elif not isinstance(values[name], str):
             values[name] = str(values[name])
-    if values["value"] is not None and not isinstance(values["value"], (bool, str)):
-        try:
-            values["value"] = float(values["value"])
-        except (TypeError, ValueError, OverflowError):
-            pass
-        if isinstance(values["value"], float) and math.isnan(values["value"]):
-            values["value"] = None
+    for name in ("value", "low", "high"):
+        if values[name] is not None and not isinstance(values[name], (bool, str)):
+            try:
+                values[name] = float(values[name])
+            except (TypeError, ValueError, OverflowError):
+                pass
+            if isinstance(values[name], float) and math.isnan(values[name]):
+                values[name] = None
     if isinstance(values["n"], float) and values["n"].is_integer():
         values["n"] = int(values["n"])
     elif values["n"] is not None and not isinstance(values["n"], (bool, int)) and hasattr(values["n"], "__index__"):

@@ -61,7 +61,9 @@ CREATE TABLE IF NOT EXISTS results (
     phase TEXT,
     samples TEXT,
     versus TEXT NOT NULL DEFAULT '',
-    params TEXT
+    params TEXT,
+    low REAL,
+    high REAL
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id, variant, suite);
 CREATE TABLE IF NOT EXISTS exported (
@@ -73,11 +75,12 @@ CREATE TABLE IF NOT EXISTS exported (
 # differs between the database and the export can be told apart: changed here since, changed there (a
 # git pull), or both (a conflict)
 
-SCHEMA_VERSION = 4
-"""``PRAGMA user_version`` of a store this zoo writes (3: before rows had ``versus`` and ``params``; 2: before
+SCHEMA_VERSION = 5
+"""``PRAGMA user_version`` of a store this zoo writes (4: before rows had ``low`` and ``high``; 3: before rows had
+``versus`` and ``params``; 2: before
 ``exported``; 1: before per-round samples were kept; 0: a store written before the version was recorded, read as
 1). An older store gains what it lacks when first opened for writing; a newer one is refused, never converted."""
-ADDED_COLUMNS = {"samples": "TEXT", "versus": "TEXT NOT NULL DEFAULT ''", "params": "TEXT"}
+ADDED_COLUMNS = {"samples": "TEXT", "versus": "TEXT NOT NULL DEFAULT ''", "params": "TEXT", "low": "REAL", "high": "REAL"}
 """Result columns added since the first stores, as an older store gains them."""
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZOO_TABLES = {"runs", "jobs", "results"}
