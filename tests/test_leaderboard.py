@@ -118,3 +118,46 @@ def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_
         ("at most 0.0667", "met"), ("at most 0.04", "not met"),
         ("at most 3", "not measured in this run")]
     assert rows[2]["measured"] == "n=16384: 0.55, n=4096: 0.3"
+
+
+def _timed_run(tmp_path):
+    """A stored run of three checked cores timed in three processes: a and b within each other's interval, c
+    clear of both; b's interval is wide."""
+    from zoo.profiles import get_profile
+    from zoo.store import Store
+
+    profile = get_profile("smoke").with_overrides(processes=3)
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    n = profile.of("speed").reference_length
+    where = {"n": n, "mode": "full", "phase": "fwd+bwd"}
+    for variant, (ratio, low, high) in {"a": (0.90, 0.88, 0.93), "b": (0.92, 0.80, 1.05), "c": (1.40, 1.38, 1.41)}.items():
+        store.record_job(run, variant, "correctness", "done", 1.0, {"card": {"kind": "core"}},
+                         [{"check": "reference", "status": "passed"}])
+        store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "core"}}, [
+            {"check": "time", "status": "measured", "value": ratio * 1e-3, "low": low * 1e-3, "high": high * 1e-3,
+             "samples": [ratio * 1e-3] * 6, **where},
+            {"check": "time-ratio", "status": "measured", "value": ratio, "low": low, "high": high,
+             "versus": "torch-sdpa", **where},
+            {"check": "time-between", "status": "measured", "value": (high - low) / ratio, "versus": "torch-sdpa",
+             **where},
+            {"check": "time-between", "status": "measured", "value": 0.01, **where}])
+    return store, run
+
+
+def test_overlapping_intervals_tie_a_wide_one_is_marked_and_the_board_states_its_reproducibility(tmp_path):
+    from zoo.board import Board
+    from zoo.leaderboard import registered_suites
+    from zoo.ranking import ranked_tables
+
+    store, run = _timed_run(tmp_path)
+    tables, unranked = ranked_tables(Board.of(store, run, registered_suites()))
+    assert unranked == [] and [(row["variant"], row["rank"]) for row in tables["core"]] == [("a", 1), ("b", 1), ("c", 3)]
+    column = next(key for key in tables["core"][0] if key.startswith("time / torch SDPA, fwd+bwd"))
+    assert [row[column] for row in tables["core"]] == ["0.9x [0.88-0.93]", "0.92x [0.8-1.05] (varies)",
+                                                       "1.4x [1.38-1.41]"]
+    from zoo.leaderboard import render
+
+    readme = render(store, run, tmp_path / "board")[0].read_text()
+    assert ("Reproducibility: each cell was timed in 3 fresh processes" in readme
+            and "2 of 6 of these figures have one wider than 0.1 of their value" in readme), readme  # b: time and ratio

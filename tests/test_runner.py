@@ -181,3 +181,62 @@ def zoo_register_checks(register):
               "plugins_dirs": [str(plugins)]}, out)
     [check] = [json.loads(line) for line in out.getvalue().splitlines() if '"type": "check"' in line]
     assert "'window': 7" in check["rows"][0]["detail"]
+
+
+def test_plan_puts_every_first_process_before_any_repeat_and_repeats_only_suites_measured_in_several():
+    from zoo.runner import Job, plan_jobs
+
+    jobs = plan_jobs(["a", "b"], ["correctness", "speed"], {"speed": 3})
+    assert jobs == [Job("a", "correctness"), Job("a", "speed"), Job("b", "correctness"), Job("b", "speed"),
+                    Job("a", "speed", 1), Job("b", "speed", 1), Job("a", "speed", 2), Job("b", "speed", 2)]
+    assert plan_jobs(["a"], ["speed"]) == [Job("a", "speed")]
+
+
+PROCESS_CHECKS = '''
+import os
+
+import zoo
+
+
+def pid(variant, profile):
+    yield zoo.Result("pid", "measured", value=float(os.getpid()))
+
+
+def distinct(variant, profile, rows_by_process):
+    pids = [rows[0].value for rows in rows_by_process]
+    yield zoo.Result("pids", "measured", value=float(len(set(pids))), samples=pids)
+
+
+def broken(variant, profile, rows_by_process):
+    raise ValueError("cannot combine")
+
+
+def once(variant, profile):
+    yield zoo.Result("once", "measured", value=float(os.getpid()))
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(zoo.Check("pids", "processes", "its pid in each process", pid, combine=distinct))
+    register(zoo.Check("broken", "processes", "a combine that raises", pid, combine=broken))
+    register(zoo.Check("once", "processes", "runs in the first process only", once))
+'''
+
+
+def test_a_check_with_a_combine_runs_in_each_process_and_a_combine_that_raises_costs_only_its_check(tmp_path):
+    """A third party's check that gives a combine is repeated in fresh processes and combined once; one without
+    runs in the first process only; a combine that raises leaves the first process's rows and an error row."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "process_checks.py").write_text(PROCESS_CHECKS)
+    out = run_zoo("run", "dot-product", "--suite", "processes", "--processes", 3, "--profile", "smoke",
+                  "--plugins-dir", plugins, "--out", tmp_path / "out", timeout=300)
+    assert out.returncode == 0, out.stderr
+    store = Store(tmp_path / "out" / "results.sqlite")
+    rows = store.results(store.latest_run())
+    [pids] = rows[rows.check == "pids"].itertuples()
+    assert pids.value == 3.0 and len(pids.samples) == 3
+    assert len(rows[rows.check == "once"]) == 1 and len(rows[rows.check == "pid"]) == 1  # broken's first process
+    [error] = rows[(rows.check == "broken") & (rows.status == "error")].itertuples()
+    assert "combining the rows of 3 processes failed: ValueError: cannot combine" in error.detail
+    assert len(store.jobs(store.latest_run())) == 1

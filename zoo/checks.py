@@ -89,6 +89,10 @@ class Check:
 
     ``applies(tags)`` returns None when the check applies, else the reason it is skipped.
     ``run(variant, profile)`` yields :class:`Result` rows; an exception becomes an ``error`` row.
+    ``combine(variant, profile, rows_by_process)``, for a check whose figures move between processes (timings):
+    the run repeats the check in the profile's ``processes`` fresh worker processes, a pass apart, and this
+    turns each process's rows (a list per process, the first process's first) into the check's rows, so a
+    figure's stated uncertainty covers what a fresh process would see (see :mod:`zoo.timing`).
     """
 
     name: str
@@ -97,6 +101,7 @@ class Check:
     run: Callable[["Variant", "Profile"], Iterable[Result]]
     applies: Callable[["Tags"], str | None] = field(default=lambda tags: None)
     origin: "Origin | None" = None
+    combine: Callable[["Variant", "Profile", list[list[Result]]], Iterable[Result]] | None = None
 
     def validate(self) -> None:
         """Refuse a name that is not a plain name, or a run/applies that cannot be called."""
@@ -106,6 +111,8 @@ class Check:
                 raise RegistrationError(f"check {attr} {value!r} does not match {NAME_PATTERN.pattern}")
         if not callable(self.run) or not callable(self.applies):
             raise RegistrationError(f"check {self.name!r}: run and applies must be callable")
+        if self.combine is not None and not callable(self.combine):
+            raise RegistrationError(f"check {self.name!r}: combine must be callable (or None)")
 
 
 def _scalar(value):

@@ -137,7 +137,8 @@ def cmd_run(args) -> int:
     from .harness import run
 
     results = run(getattr(args, "names", None), filters=args.filter, suites=args.suite, profile=args.profile, out=args.out,
-        device=args.device, dtype=args.dtype, threads=args.threads, d_model=args.d_model, heads=args.heads,
+        device=args.device, dtype=args.dtype, threads=args.threads, processes=args.processes, d_model=args.d_model,
+        heads=args.heads,
         lengths=_parse_lengths(args.lengths), repeats=args.repeats, options=_parse_options(args.option),
         suite_settings=_parse_settings(args.set),
         timeout=args.timeout, memory_limit_gib=args.memory_limit, executor=args.executor, address=args.address,
@@ -378,7 +379,8 @@ def cmd_compare(args) -> int:
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
     for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
         print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)
-    timing_title = (f"Timing changes: 95% bootstrap interval of the ratio of medians excludes 1, and the change "
+    timing_title = (f"Timing changes: the ratio of medians is outside both runs' stated uncertainty (their intervals "
+                    f"do not overlap; older runs: a 95% bootstrap interval over rounds excludes 1), and the change "
                     f"exceeds {PRACTICAL_CHANGE:.0%}")
     for title, frame in ((timing_title, timing_changes(a, b)),
                          ("Checks that started or stopped failing", status_changes(a, b)),
@@ -429,6 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     run_options.add_argument("--address", help="with --executor ray: the cluster's HOST:PORT, or auto for one "
                                                 "running here (default: start a local one)")
     run_options.add_argument("--threads", type=_positive(int), help="torch threads (default: the profile's, 2)")
+    run_options.add_argument("--processes", type=_positive(int),
+                             help="fresh worker processes each timing is measured in (each a separate pass over the "
+                                  "run's variants), for its spread between processes (default: the profile's, 3; "
+                                  "smoke 1)")
     run_options.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                              help="dtype of the tensors the suites measure (default float32)")
     run_options.add_argument("--d-model", type=_positive(int), help="the d_model setting of every suite that has one")

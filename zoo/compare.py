@@ -1,4 +1,4 @@
-"""Compare two runs from the store: what got slower or faster beyond the measured noise, which checks
+"""Compare two runs from the store: what got slower or faster beyond the measured uncertainty, which checks
 started or stopped failing, and which fitted exponents moved."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ import pandas as pd
 from .checks import BAD
 
 EXPONENT_MOVE = 0.1
-PRACTICAL_CHANGE = 0.10
-"""Smallest change reported: the same code timed in two processes here was seen to differ by about 5%,
-which per-round samples from within one process cannot show, so a change must also exceed 10%."""
+PRACTICAL_CHANGE = 0.05
+"""Smallest change reported, beyond the uncertainty: a change this small is not worth a reader's attention."""
 RESAMPLES, CONFIDENCE = 2000, 0.95
-RUN_SETTINGS_COMPARED = ("name", "threads", "dtype", "device", "variant_options")
+RUN_SETTINGS_COMPARED = ("name", "threads", "processes", "dtype", "device", "variant_options")
 ENVIRONMENT_COMPARED = ("cpu", "device", "torch", "python", "allocator", "threads")
 
 
@@ -21,6 +20,8 @@ def _keyed(frame: pd.DataFrame, unit: str) -> pd.DataFrame:
     """The measurements in ``unit`` (seconds: timings; exponent: fitted exponents), keyed by what they measure."""
     rows = frame[(frame.unit == unit) & frame.value.notna()].copy()
     rows["n"] = rows.n.astype("Int64").astype(str)
+    for column in ("low", "high"):  # a run stored before rows stated an interval has none
+        rows[column] = rows[column] if column in rows else np.nan
     return rows.set_index(["variant", "check", "versus", "mode", "phase", "n"])
 
 
@@ -35,15 +36,22 @@ def ratio_interval(before: list[float], after: list[float], seed: int = 0) -> tu
 
 
 def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Median times (ms) whose ratio after/before has a 95% bootstrap interval (over each run's per-round
-    samples) that excludes 1, and whose ratio is beyond the 10% practical threshold."""
+    """Median times (ms) that changed beyond their uncertainty and beyond the 5% practical threshold. The
+    uncertainty is the one the board states: where both runs give a time's interval (its processes' medians and
+    rounds, :mod:`zoo.timing`), the ratio after/before is uncertain from after's low / before's high to after's
+    high / before's low, a change only when that excludes 1 (the intervals do not overlap); a run without
+    intervals falls back to a 95% bootstrap interval over each run's per-round samples."""
     ta, tb = (_keyed(frame, "s") for frame in (a, b))
     ta, tb = (frame[frame.samples.map(bool).astype(bool)] for frame in (ta, tb))  # the timed cells: per-round samples behind each
-    both = ta[["value", "samples"]].merge(tb[["value", "samples"]], left_index=True, right_index=True, suffixes=("_a", "_b"))
+    columns = ["value", "samples", "low", "high"]
+    both = ta[columns].merge(tb[columns], left_index=True, right_index=True, suffixes=("_a", "_b"))
     rows = []
     for key, row in both.dropna(subset=["value_a", "value_b"]).iterrows():
         before, after = row.samples_a, row.samples_b
-        if isinstance(before, list) and isinstance(after, list) and before and after:
+        if not pd.isna([row.low_a, row.high_a, row.low_b, row.high_b]).any() and row.low_a > 0:
+            low, high = row.low_b / row.high_a, row.high_b / row.low_a
+            test = "stated intervals (processes and rounds) do not overlap"
+        elif isinstance(before, list) and isinstance(after, list) and before and after:
             low, high = ratio_interval(before, after)
             test = f"bootstrap over {len(before)}+{len(after)} rounds"
         else:  # a run stored before per-round samples were kept: the point estimate alone
@@ -54,7 +62,7 @@ def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             variant, check, versus, mode, phase, n = key
             rows.append({"variant": variant, "measure": _measure(check, versus), "mode": mode, "phase": phase, "n": n,
                          "before (ms)": row.value_a * 1e3, "after (ms)": row.value_b * 1e3, "after / before": ratio,
-                         "95% interval": f"{low:.3g}-{high:.3g}", "change": "slower" if ratio > 1 else "faster",
+                         "interval": f"{low:.3g}-{high:.3g}", "change": "slower" if ratio > 1 else "faster",
                          "test": test})
     return pd.DataFrame(rows)
 

@@ -21,6 +21,11 @@ ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "10000000000
 memory-hungry variants do not pay page faults on every call."""
 
 
+RUN_CACHE = "ZOO_RUN_CACHE"
+"""Environment variable naming a folder the worker processes of one local run share (the runner sets it), where
+what one process counted deterministically (a measurement plan) is read by the next (see :func:`zoo.plan.shared`)."""
+
+
 CACHE_FOLDERS = {
     "TORCH_HOME": "torch", "TORCH_EXTENSIONS_DIR": "torch/extensions", "TORCHINDUCTOR_CACHE_DIR": "torch/inductor",
     "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda",

@@ -29,7 +29,8 @@ MIN_MEMORY_GIB = 1.0  # below this a worker cannot start torch (its BLAS fails t
 
 def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[str] | None = None,
         suites: str | Iterable[str] | None = None, profile: str | None = None, out: str | os.PathLike = "leaderboard",
-        device: str | None = None, dtype: str | None = None, threads: int | None = None, d_model: int | None = None,
+        device: str | None = None, dtype: str | None = None, threads: int | None = None, processes: int | None = None,
+        d_model: int | None = None,
         heads: int | None = None, lengths: Iterable[int] | None = None, repeats: int | None = None,
         options: Mapping[str, object] | None = None, suite_settings: Mapping[str, Mapping[str, object]] | None = None,
         timeout: float | None = None,
@@ -56,10 +57,12 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     plugins_dirs = [plugins_dirs] if isinstance(plugins_dirs, (str, os.PathLike)) else list(plugins_dirs)
     if resume:
         _refuse_new_settings({"--profile": profile, "--device": device, "--dtype": dtype, "--threads": threads,
+                              "--processes": processes,
                               "--d-model": d_model, "--heads": heads, "--lengths": lengths, "--repeats": repeats,
                               "--option": options, "--set": suite_settings})
     base, asked = check_options(
-        profile or "quick", device=device or "cpu", dtype=dtype, threads=threads, d_model=d_model, heads=heads,
+        profile or "quick", device=device or "cpu", dtype=dtype, threads=threads, processes=processes,
+        d_model=d_model, heads=heads,
         lengths=lengths, repeats=repeats, options=options, suite_settings=suite_settings, executor=executor,
         timeout=timeout, memory_limit_gib=memory_limit_gib, address=address, resume=resume, retry_errors=retry_errors)
     _check_executor(executor, address)
@@ -84,11 +87,13 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     run_options = _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, address)
     _check_device_available(settings.device, executor, address)
     run_id = run_id or _start(store, settings, command)
-    todo = _jobs_to_do(store, run_id, names, chosen, retry_errors)
-    progress(f"zoo: run {run_id}: {len(todo)} jobs ({len(names) * len(chosen) - len(todo)} already done), profile "
-             f"{settings.name}, {settings.threads} threads, results in {folder.database}\n")
+    todo = _jobs_to_do(store, run_id, names, chosen, retry_errors, registry, settings.processes)
+    pending = len({(job.variant, job.suite) for job in todo})
+    progress(f"zoo: run {run_id}: {pending} jobs ({len(names) * len(chosen) - pending} already done), profile "
+             f"{settings.name}, {settings.threads} threads, timings from {settings.processes} process(es), results "
+             f"in {folder.database}\n")
     # execute, then report: the board and the export of every kept run, as a whole
-    _execute(registry, store, run_id, todo, _executor(executor, run_options), progress)
+    _execute(registry, store, run_id, todo, _executor(executor, run_options), settings, progress)
     return _report(store, run_id, folder, registry)
 
 
@@ -119,12 +124,15 @@ def _start(store, settings, command: str | None) -> str:
     return store.start_run(settings.as_dict(), environment, now())
 
 
-def _jobs_to_do(store, run_id: str, names: list[str], suites: list[str], retry_errors: bool) -> list:
-    """The (variant, suite) jobs the run has not finished (``retry_errors``: nor finished with errors)."""
-    from .runner import plan_jobs
+def _jobs_to_do(store, run_id: str, names: list[str], suites: list[str], retry_errors: bool, registry,
+                processes: int) -> list:
+    """The (variant, suite) jobs the run has not finished (``retry_errors``: nor finished with errors), each in as
+    many processes as its suite is measured in."""
+    from .runner import plan_jobs, processes_per_suite
 
     finished = store.finished_jobs(run_id, without_errors=retry_errors)
-    return [job for job in plan_jobs(names, suites) if (job.variant, job.suite) not in finished]
+    return [job for job in plan_jobs(names, suites, processes_per_suite(registry, suites, processes))
+            if (job.variant, job.suite) not in finished]
 
 
 def _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, address):
@@ -149,12 +157,12 @@ def _executor(kind: str, options):
     return LocalExecutor(options)
 
 
-def _execute(registry, store, run_id: str, todo: list, executor, progress) -> None:
+def _execute(registry, store, run_id: str, todo: list, executor, settings, progress) -> None:
     """Every job through the executor; a run stopped before any job finished leaves no trace."""
     from .runner import execute, now
 
     try:
-        execute(registry, store, run_id, todo, executor, progress=progress)
+        execute(registry, store, run_id, todo, executor, settings, progress=progress)
     except BaseException:
         with contextlib.suppress(Exception):  # the reason the run stopped is what the user must see
             store.discard_if_empty(run_id)
@@ -207,7 +215,8 @@ class SuiteOverrides:
         return {name: values for name, values in wanted.items() if values}
 
 
-def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, threads=None, d_model=None, heads=None,
+def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, threads=None, processes=None,
+                  d_model=None, heads=None,
                   lengths=None, repeats=None, options=None, suite_settings=None, executor: str = "local", timeout=None,
                   memory_limit_gib=None, address=None, resume: bool = False, retry_errors: bool = False):
     """Every option of a run checked by name, the one validation for :func:`run` and the CLI (which passes its
@@ -216,7 +225,8 @@ def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, th
     :class:`OptionError` naming the option and the value."""
     if not isinstance(profile, str):
         raise OptionError(f"--profile: expected a profile name, got {profile!r}")
-    for label, value in (("--threads", threads), ("--d-model", d_model), ("--heads", heads), ("--repeats", repeats)):
+    for label, value in (("--threads", threads), ("--processes", processes), ("--d-model", d_model), ("--heads", heads),
+                         ("--repeats", repeats)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise OptionError(f"{label}: must be a positive integer, got {value!r}")
     for label, value, least in (("--timeout", timeout, 0.0), ("--memory-limit", memory_limit_gib, MIN_MEMORY_GIB)):
@@ -264,7 +274,7 @@ def check_options(profile: str = "quick", *, device: str = "cpu", dtype=None, th
 
     if profile not in PROFILES:
         raise OptionError(f"--profile: unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
-    base = PROFILES[profile].with_overrides(threads=threads, device=device, dtype=dtype,
+    base = PROFILES[profile].with_overrides(threads=threads, processes=processes, device=device, dtype=dtype,
                                             variant_options=dict(options) if options else None)
     shorthands = {"lengths": lengths, "d_model": d_model, "heads": heads, "repeats": repeats}
     return base, SuiteOverrides(shorthands, {k: dict(v) for k, v in (suite_settings or {}).items()})

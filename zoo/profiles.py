@@ -30,6 +30,7 @@ class Profile:
     threads: int = 2
     dtype: str = "float32"  # of the tensors the suites measure (--dtype); correctness tests every dtype
     variant_timeout_seconds: float = 900.0  # a variant's worker is stopped after this long (--timeout overrides)
+    processes: int = 3  # fresh worker processes that each measure a check giving a combine (timings: --processes)
     variant_options: dict = field(default_factory=dict)  # --option KEY=VALUE, for variants that have the option
     suites: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
@@ -76,7 +77,7 @@ PROFILES = {
     "quick": Profile(name="quick"),
     "full": Profile(name="full", variant_timeout_seconds=4 * 3600.0),
     # seconds, not minutes: for tests and for trying a new plugin end to end (figures too coarse to publish)
-    "smoke": Profile(name="smoke", threads=1),
+    "smoke": Profile(name="smoke", threads=1, processes=1),
 }
 
 

@@ -5,7 +5,8 @@ summary a run ends with.
 A variant is ranked only when every ``required`` suite ran on the source its figures were measured on and
 passed, and none of its rows has a status its suite says blocks (an ``error`` in any suite always does), with
 every row from one version of its source. Within its kind (cores, layers: like is compared with like), ranked
-variants are ordered by the ranking figure, lower first; one without a figure comes last, with the reason.
+variants are ordered by the ranking figure, lower first; one without a figure comes last, with the reason. Places
+whose figures' intervals overlap are tied: they share a rank.
 """
 
 from __future__ import annotations
@@ -95,10 +96,25 @@ def ranked_tables(board: Board) -> tuple[dict[str, list[dict]], list[str]]:
             row["origin"] = origin_text(board.cards[variant])
             row["from"] = runs_text(board.results[board.results.variant == variant].run_id, board.run_id)
             figure = board.rank_figure(variant)
-            ranked.append((float("inf") if figure is None or figure.value is None else figure.value, row))
+            ranked.append((float("inf") if figure is None or figure.value is None else figure.value, row, figure))
         ranked.sort(key=lambda item: item[0])
-        tables[kind] = [{"rank": i, **row} for i, (_, row) in enumerate(ranked, 1)]
+        tables[kind] = [{"rank": place, **row} for place, (_, row, _) in zip(places([f for *_, f in ranked]), ranked)]
     return tables, unranked
+
+
+def places(figures: list) -> list[int]:
+    """Each figure's place, best first (``figures`` sorted): one whose interval overlaps the one before it shares
+    its place, so two runs can only order differently what a board declared tied."""
+    out: list[int] = []
+    for index, figure in enumerate(figures):
+        tied = index and _overlap(figures[index - 1], figure)
+        out.append(out[-1] if tied else index + 1)
+    return out
+
+
+def _overlap(a, b) -> bool:
+    ends = [getattr(figure, name, None) for figure in (a, b) for name in ("value", "low", "high")]
+    return None not in ends and a.low <= b.high and b.low <= a.high
 
 
 def unranked_lines(board: Board, unranked: list[str]) -> list[str]:

@@ -3,11 +3,14 @@ and writes each finished job to the store as it arrives.
 
 The local executor runs each variant's jobs in a worker process of its own (a fresh interpreter with
 the pinned allocator), under a time limit and a memory cap; a hang, crash or runaway allocation
-becomes an ``error`` row for that variant and the run goes on.
+becomes an ``error`` row for that variant and the run goes on. A check that gives a ``combine`` (a timing)
+is repeated in further fresh processes, each a pass over every variant after all first processes, and a
+(variant, suite) is stored once all its processes are in (:func:`combine_processes`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import datetime
@@ -23,11 +26,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
-from .checks import ERROR
+from .checks import ERROR, Result, describe_exception
 from .contract import OptionError
-from .environment import ALLOCATOR_ENV, cache_env
+from .environment import ALLOCATOR_ENV, RUN_CACHE, cache_env
 from .profiles import Profile
 from .registry import Registry, source_hash
 from .store import Store
@@ -61,10 +64,13 @@ def _alive(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class Job:
-    """One unit of work, as plain data any executor can ship: a variant through one suite."""
+    """One unit of work, as plain data any executor can ship: a variant through one suite, in one of the run's
+    fresh processes (``process``: 0 runs every check of the suite; 1, 2, ... run again only the checks that
+    give a ``combine``, timings, whose figures move between processes)."""
 
     variant: str
     suite: str
+    process: int = 0
 
 
 @dataclass
@@ -117,20 +123,24 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Runs each variant's jobs in its own worker subprocess, one variant at a time (timings stay clean)."""
+    """Runs workers one at a time (timings stay clean), in the order the jobs come: each variant's first-process
+    jobs in a worker of its own; each further process's repeats of every variant in one fresh worker (a pass),
+    which after a crash or a hang goes on in a new worker without the job that stopped it."""
 
     def __init__(self, options: RunOptions) -> None:
         self.options = options
 
     def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
-        """Each variant's jobs in a worker of its own, one variant at a time."""
+        """Each variant's first process, then each further process's pass, in a worker of its own."""
         remove_stale_scratch()
-        by_variant: dict[str, list[Job]] = {}
+        by_worker: dict[tuple[str, int], list[Job]] = {}
         for job in jobs:
-            by_variant.setdefault(job.variant, []).append(job)
-        with CtrlC() as ctrl_c:
-            for variant_jobs in by_variant.values():
-                run_in_worker(variant_jobs, self.options, on_check, on_job, ctrl_c)
+            by_worker.setdefault((job.variant if job.process == 0 else "", job.process), []).append(job)
+        with CtrlC() as ctrl_c, tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-run-") as shared:
+            for (variant, _), worker_jobs in by_worker.items():
+                while worker_jobs:
+                    worker_jobs = run_in_worker(worker_jobs, self.options, on_check, on_job, ctrl_c,
+                                                one_at_fault=not variant, shared_dir=shared)
             ctrl_c.check()
 
 
@@ -169,9 +179,13 @@ class CtrlC:
 
 
 def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict], None],
-                  on_job: Callable[[dict], None], ctrl_c: CtrlC | None = None) -> None:
+                  on_job: Callable[[dict], None], ctrl_c: CtrlC | None = None, one_at_fault: bool = False,
+                  shared_dir: str | None = None) -> list[Job]:
     """Run ``jobs`` in one fresh worker process, reporting each finished check and job as it lands;
-    a job the worker did not finish (crash, hang, memory) is reported with an ``error`` row."""
+    a job the worker did not finish (crash, hang, memory) is reported with an ``error`` row. ``one_at_fault``
+    (jobs of different variants): the time limit is each job's, and only the job running when the worker stopped
+    is reported; the jobs after it, which never ran, are returned for a new worker (else none are).
+    ``shared_dir``: the folder the run's workers share (:data:`zoo.environment.RUN_CACHE`)."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         spec_path, out_path, log_path = (Path(scratch) / name for name in ("spec.json", "out.jsonl", "log.txt"))
         spec_path.write_text(json.dumps({
@@ -181,15 +195,16 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
             "memory_limit_bytes": options.memory_limit_bytes,
         }))
         out_path.touch()
-        env = {**os.environ, **ALLOCATOR_ENV, **cache_env(), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **ALLOCATOR_ENV, **cache_env(), "PYTHONUNBUFFERED": "1",
+               **({RUN_CACHE: shared_dir} if shared_dir else {})}
         with open(log_path, "w") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "zoo.worker", str(spec_path), str(out_path)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 preexec_fn=_worker_setup(options.memory_limit_bytes), start_new_session=True,
             )
-            done: set[tuple[str, str]] = set()
-            partial: dict[tuple[str, str], list[dict]] = {}
+            done: set[tuple[str, str, int]] = set()
+            partial: dict[tuple[str, str, int], list[tuple[str, list[dict]]]] = {}
             deadline = time.monotonic() + options.timeout_seconds
             timed_out = False
             with open(out_path) as out, _killed_on_exit(process):
@@ -198,14 +213,16 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
                         ctrl_c.check()
                     finished = process.poll() is not None
                     for record in _complete_lines(out):
-                        key = (record["variant"], record["suite"])
+                        key = (record["variant"], record["suite"], record.get("process", 0))
                         if record["type"] == "check":
-                            partial.setdefault(key, []).extend(record["rows"])
+                            partial.setdefault(key, []).append((record["check"], record["rows"]))
                             on_check(record)
                         elif record["type"] == "job":
                             done.add(key)
-                            on_job({"variant": key[0], "suite": key[1], "status": "done",
-                                    "rows": partial.pop(key, []), "ran_on": record.get("ran_on")})
+                            if one_at_fault:
+                                deadline = time.monotonic() + options.timeout_seconds
+                            on_job({"variant": key[0], "suite": key[1], "process": key[2], "status": "done",
+                                    "checks": partial.pop(key, []), "ran_on": record.get("ran_on")})
                     if finished:
                         break
                     if time.monotonic() > deadline:
@@ -213,16 +230,16 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
                         _kill(process)
                     time.sleep(0.05)
         reason = _failure_reason(process.returncode, timed_out, options, log_path)
-    for job in jobs:
-        if (job.variant, job.suite) not in done:
-            rows = partial.pop((job.variant, job.suite), [])
-            on_job(error_job(job, reason, rows))
+    undone = [job for job in jobs if (job.variant, job.suite, job.process) not in done]
+    for job in undone[:1] if one_at_fault else undone:
+        on_job(error_job(job, reason, partial.pop((job.variant, job.suite, job.process), [])))
+    return undone[1:] if one_at_fault else []
 
 
-def error_job(job: Job, reason: str, rows: list[dict] | None = None) -> dict:
-    """A job record that did not finish: what it had, plus an ``error`` row saying why."""
-    return {"variant": job.variant, "suite": job.suite, "status": ERROR,
-            "rows": [*(rows or []), {"check": "worker", "status": ERROR, "detail": reason}]}
+def error_job(job: Job, reason: str, checks: list[tuple[str, list[dict]]] | None = None) -> dict:
+    """A job record that did not finish: the checks it had finished, and the ``error`` row saying why."""
+    return {"variant": job.variant, "suite": job.suite, "process": job.process, "status": ERROR,
+            "checks": list(checks or []), "failure": {"check": "worker", "status": ERROR, "detail": reason}}
 
 
 @contextlib.contextmanager
@@ -295,9 +312,48 @@ def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_p
     return f"worker exited with status {returncode}" + (f"; last output: {last[:300]}" if last else "")
 
 
-def plan_jobs(variants: list[str], suites: list[str]) -> list[Job]:
-    """One job per (variant, suite)."""
-    return [Job(variant, suite) for variant in variants for suite in suites]
+def plan_jobs(variants: list[str], suites: list[str], processes: Mapping[str, int] | None = None) -> list[Job]:
+    """One job per (variant, suite), then one more per further process of a suite measured in several
+    (``processes``: suite -> how many; 1 when absent): every variant's first process comes before any second
+    one, so the processes of a variant's timings lie a whole pass over the variants apart, as a rerun's would."""
+    processes = processes or {}
+    jobs = [Job(variant, suite) for variant in variants for suite in suites]
+    for process in range(1, max(processes.values(), default=1)):
+        jobs += [Job(variant, suite, process) for variant in variants for suite in suites
+                 if processes.get(suite, 1) > process]
+    return jobs
+
+
+def processes_per_suite(registry: Registry, suites: list[str], processes: int) -> dict[str, int]:
+    """How many processes measure each suite: ``processes`` for one with a check that gives a combine, else 1."""
+    return {suite: processes if any(check.combine for check in registry.checks_for(suite)) else 1 for suite in suites}
+
+
+def combine_processes(registry: Registry, profile: Profile, records: list[dict]) -> list[dict]:
+    """A job's rows from the records of its processes (process 0 first): a check that gives a combine, and ran
+    in more than one of them, gets its rows combined across those; any other check keeps the rows of the first
+    process that ran it; each process's failure row (a crash, a time limit) is kept. A combine that raises
+    costs its check an error row, never the run."""
+    variant_name, suite = records[0]["variant"], records[0]["suite"]
+    checks = {check.name: check for check in registry.checks_for(suite)}
+    ran: dict[str, list[list[dict]]] = {}
+    for record in records:
+        for name, rows in record["checks"]:
+            ran.setdefault(name, []).append(rows)
+    out: list[dict] = []
+    for name, per_process in ran.items():
+        check = checks.get(name)
+        if check is None or check.combine is None or len(per_process) == 1:
+            out += per_process[0]
+            continue
+        try:
+            variant = registry.variant(variant_name).with_defaults(profile.variant_options)
+            combined = check.combine(variant, profile, [[Result(**row) for row in rows] for rows in per_process])
+            out += [row.as_dict() for row in combined]
+        except Exception as exc:
+            out += [*per_process[0], Result(name, ERROR, detail=f"combining the rows of {len(per_process)} processes "
+                                                               f"failed: {describe_exception(exc)}").as_dict()]
+    return out + [record["failure"] for record in records if record.get("failure")]
 
 
 def provenance(registry: Registry, variant_name: str) -> dict:
@@ -310,34 +366,48 @@ def provenance(registry: Registry, variant_name: str) -> dict:
     return data
 
 
-def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], executor: Executor,
+def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], executor: Executor, profile: Profile,
             progress: Callable[[str], None] = lambda line: None) -> None:
-    """Hand ``jobs`` to ``executor`` and record each in the store as it finishes."""
-    checks_per_suite = {suite: len(registry.checks_for(suite)) for suite in {job.suite for job in jobs}}
-    counts: dict[tuple[str, str], int] = {}
-    started: dict[tuple[str, str], float] = {}
+    """Hand ``jobs`` to ``executor`` and record each (variant, suite) in the store once all its processes have
+    finished (:func:`combine_processes`), with their seconds added up."""
+    checks_in = {(suite, repeat): len([c for c in registry.checks_for(suite) if not repeat or c.combine])
+                 for suite in {job.suite for job in jobs} for repeat in (False, True)}
+    expected = collections.Counter((job.variant, job.suite) for job in jobs)
+    counts: dict[tuple[str, str, int], int] = {}
+    started: dict[tuple[str, str, int], float] = {}
+    held: dict[tuple[str, str], list[tuple[dict, float]]] = {}
     total, finished = len(jobs), [0]
 
     def on_check(record: dict) -> None:
-        key = (record["variant"], record["suite"])
+        key = (record["variant"], record["suite"], record.get("process", 0))
         started.setdefault(key, time.monotonic() - record["seconds"])
         counts[key] = counts.get(key, 0) + 1
-        progress(_bar(finished[0] + 1, total, key, counts[key], checks_per_suite[key[1]]))
+        progress(_bar(finished[0] + 1, total, key, counts[key], checks_in[key[1], key[2] > 0]))
 
     def on_job(record: dict) -> None:
-        key = (record["variant"], record["suite"])
+        key = (record["variant"], record["suite"], record.get("process", 0))
         seconds = time.monotonic() - started.get(key, time.monotonic())
-        origin = provenance(registry, key[0])
-        if record.get("ran_on"):
-            origin["ran_on"] = record["ran_on"]
-        store.record_job(run_id, key[0], key[1], record["status"], seconds, origin, record["rows"])
+        job = key[:2]
+        held.setdefault(job, []).append((record, seconds))
+        if len(held[job]) == expected[job]:  # its last process: recorded before the line that says it finished
+            records = sorted(held.pop(job), key=lambda item: item[0].get("process", 0))
+            origin = provenance(registry, job[0])
+            if records[0][0].get("ran_on"):
+                origin["ran_on"] = records[0][0]["ran_on"]
+            rows = combine_processes(registry, profile, [record for record, _ in records])
+            done = all(record["status"] == "done" for record, _ in records)
+            store.record_job(run_id, job[0], job[1], "done" if done else ERROR, sum(s for _, s in records), origin,
+                             rows)
         finished[0] += 1
-        status = "" if record["status"] == "done" else f"  {record['status'].upper()}: {record['rows'][-1]['detail']}"
-        progress(_bar(finished[0], total, key, checks_per_suite[key[1]], checks_per_suite[key[1]]) + f" {seconds:6.1f} s{status}\n")
+        failure = record.get("failure")
+        status = f"  {record['status'].upper()}: {failure['detail']}" if failure else ""
+        of = checks_in[key[1], key[2] > 0]
+        progress(_bar(finished[0], total, key, of, of) + f" {seconds:6.1f} s{status}\n")
 
     executor.run(jobs, on_check, on_job)
 
 
-def _bar(position: int, total: int, key: tuple[str, str], done: int, of: int, width: int = 20) -> str:
+def _bar(position: int, total: int, key: tuple[str, str, int], done: int, of: int, width: int = 20) -> str:
     filled = int(width * done / max(of, 1))
-    return f"\r[{position}/{total}] {key[0]:<14} {key[1]:<12} [{'#' * filled}{'.' * (width - filled)}] {done}/{of} checks"
+    suite = key[1] + (f" #{key[2] + 1}" if key[2] else "")
+    return f"\r[{position}/{total}] {key[0]:<14} {suite:<12} [{'#' * filled}{'.' * (width - filled)}] {done}/{of} checks"

@@ -79,11 +79,14 @@ def generic_section(suite: "Suite", board: "Board") -> Section:
 @dataclass(frozen=True)
 class RankFigure:
     """What a variant is ranked by (lower is better): the column it is shown under, its value (None: it has none,
-    and is listed last) and the cell's text (the figure, or why there is none)."""
+    and is listed last), the cell's text (the figure, or why there is none) and the interval the value is uncertain
+    over (``low``-``high``; None: not known): places whose intervals overlap are declared tied."""
 
     column: str
     value: float | None
     text: str
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,11 @@ def test_a_floor_is_timed_beside_the_variant_in_the_forward_pass_only(registry):
 
 
 def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
-    """Rounds of one slow call each cost one call: a cold and a warm call calibrate, then one per round
-    (a cold call ten rounds long calibrates alone)."""
+    """Rounds of one slow call each cost one call: a cold call and a warm-up (one call when a call is longer than
+    a round) calibrate, then one per round (a cold call ten rounds long calibrates alone)."""
     import time
 
-    from zoo.suites.speed import measure_cell
+    from zoo.timing import measure_cell
 
     calls = []
 
@@ -117,7 +117,8 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
 
     import torch
 
-    from zoo.suites.speed import measure_cell
+    from zoo.suites.speed import _count
+    from zoo.timing import measure_cell
 
     calls = {"slow": 0, "counted": 0}
     a = torch.randn(64, 64)
@@ -131,10 +132,10 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
         return a @ a
 
     settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0).of("speed")
-    samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, settings, count="counted")
+    samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, settings, "counted", _count)
     assert calls["slow"] == 1 + 3  # cold, then one per round
     assert flops == 2 * 64 ** 3 and ops == ["aten.mm"]
-    assert len(samples["counted"]) == 3 and calls["counted"] >= 2 + 3  # counted cold call, warm, rounds
+    assert len(samples["counted"]) == 3 and calls["counted"] >= 2 + 3  # counted cold call, warm-up, rounds
 
 
 def test_an_error_sweep_measures_the_approximation_at_each_option_value(registry):
@@ -188,11 +189,11 @@ def test_a_ratio_pairs_the_variant_and_its_comparator_round_by_round():
     as the comparator in every round is 0.5 with no spread, however much the rounds drift."""
     from types import SimpleNamespace
 
-    from zoo.suites.speed import _rows
+    from zoo.suites.speed import _timed_rows
 
     drift = [1.0, 2.0, 4.0, 8.0, 16.0]
-    samples = {"mine": [t / 2 for t in drift], "torch-sdpa": drift}
-    rows = list(_rows(SimpleNamespace(name="mine"), PROFILE, "full", "fwd", 64, samples, 0, (1e6, []), 1e12))
+    samples = {"mine": [[t / 2 for t in drift]], "torch-sdpa": [drift]}
+    rows = list(_timed_rows(SimpleNamespace(name="mine"), PROFILE, "full", "fwd", 64, samples, 1e6, 1e12))
     [ratio] = [r for r in rows if (r.check, r.versus) == ("time-ratio", "torch-sdpa")]
     assert ratio.samples == [0.5] * 5 and ratio.value == 0.5 and "IQR 0" in ratio.detail
 
@@ -209,3 +210,54 @@ def test_the_plan_is_made_once_for_the_timing_and_the_approximation_error(regist
     assert len(made) == 1 and [r.n for r in errors] == [64]
     list(run_speed(variant, profile.with_settings("speed", lengths=(64, 96))))
     assert len(made) == 2  # another profile: another plan
+
+
+def _process_rows(registry, name, scale):
+    """One process's speed rows for ``name``, every time (and so every ratio's numerator) scaled by ``scale``."""
+    import dataclasses
+
+    from zoo.checks import Result
+
+    rows = list(run_speed(registry.variant(name), PROFILE.with_settings("speed", lengths=(64, 128))))
+    return [dataclasses.replace(r, samples=[x * scale for x in r.samples]) if r.check == "time" and not r.versus
+            else r for r in rows if isinstance(r, Result)]
+
+
+def test_processes_combine_into_pooled_figures_whose_interval_spans_every_process(registry):
+    """Two processes, the second timing the variant 30% slower: the combined time pools both processes' rounds,
+    its interval reaches both processes' medians, the cell's spread between processes says 0.3-ish, and the
+    derived rates follow the pooled median; rows that are not timings come from the first process."""
+    import statistics
+
+    from zoo.suites.speed import combine
+
+    variant = registry.variant("dot-product")
+    first, second = _process_rows(registry, "dot-product", 1.0), _process_rows(registry, "dot-product", 1.3)
+    rows = list(combine(variant, PROFILE, [first, second]))
+    own = lambda rows_, check: next(r for r in rows_ if (r.check, r.phase, r.n, r.versus) == (check, "fwd", 64, ""))
+    time, one, two = own(rows, "time"), own(first, "time"), own(second, "time")
+    assert time.samples == one.samples + two.samples and time.value == statistics.median(time.samples)
+    assert time.low <= statistics.median(one.samples) and time.high >= statistics.median(two.samples)
+    between = own(rows, "time-between").value
+    assert between >= (statistics.median(two.samples) - statistics.median(one.samples)) / time.value > 0.2
+    assert own(rows, "tokens-per-s").value == PROFILE.of("speed").batch * 64 / time.value
+    ratio = next(r for r in rows if (r.check, r.phase, r.n, r.versus) == ("time-ratio", "fwd", 64, "torch-sdpa"))
+    assert len(ratio.samples) == len(time.samples) and ratio.low <= ratio.value <= ratio.high
+    assert [r for r in rows if r.check == "sdpa-backend"] == [r for r in first if r.check == "sdpa-backend"]
+    [peak] = [r for r in rows if r.check == "matmul-peak"]
+    assert peak.samples == [r.value for r in first + second if r.check == "matmul-peak"]
+    assert {r.check for r in rows} >= {"backward-cost", "time-exponent", "time-spread", "flops"}
+
+
+def test_a_process_that_failed_a_cell_costs_that_process_only_and_its_error_is_kept(registry):
+    from zoo.checks import ERROR, Result
+    from zoo.suites.speed import combine
+
+    variant = registry.variant("dot-product")
+    first = _process_rows(registry, "dot-product", 1.0)
+    second = [Result("speed", ERROR, detail="RuntimeError: out of memory")]
+    rows = list(combine(variant, PROFILE, [first, second]))
+    key = lambda r: (r.check, r.phase, r.n, r.versus) == ("time", "fwd", 64, "")
+    assert next(filter(key, rows)).samples == next(filter(key, first)).samples
+    assert not [r for r in rows if r.check == "time-between"]  # one process: no spread between processes to state
+    assert [r.detail for r in rows if r.status == ERROR] == ["RuntimeError: out of memory"]

@@ -7,15 +7,14 @@ rounds; ratios per round; the thread count fixed for the whole suite.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import os
 import re
 import statistics
-import timeit
 
 import torch
 from torch.utils.benchmark import Timer
-from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 
 import zoo
 from zoo import approximation
@@ -25,9 +24,10 @@ from zoo.cases import relative_error
 from zoo.contract import COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.measure import count_flops
-from zoo.plan import plan_lengths, plan_rows
+from zoo.plan import plan_lengths, plan_rows, shared
 from zoo.scaling import fit_exponent, timed
 from zoo.suite import legacy_names
+from zoo.timing import figure, measure_cell, relative_spread
 from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_attention_workloads
 
 SUITE = "speed"
@@ -41,13 +41,6 @@ def allocator_setting() -> str:
     return " ".join(pinned) or "glibc default (not pinned)"
 
 
-def _quartiles(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], 0.0
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return statistics.median(values), q3 - q1
-
-
 @functools.lru_cache(maxsize=None)
 def matmul_peak(threads: int, device: str = "cpu", dtype: str = "float32", size: int = 2048) -> float:
     """This device's matmul rate in ``dtype`` in FLOP/s, measured now: the ceiling for '% of peak'."""
@@ -56,55 +49,8 @@ def matmul_peak(threads: int, device: str = "cpu", dtype: str = "float32", size:
     return 2 * size ** 3 / seconds
 
 
-def _time_round_robin(fns: dict[str, callable], settings, count: str | None = None):
-    """Per-call seconds of each callable, over ``settings.repeats`` interleaved rounds.
-
-    Each callable runs a call count calibrated once from a warm call (after a first, cold one), so a round
-    costs every callable about ``round_seconds``; a cold call already ten rounds long needs no warm call
-    (its count is one). A round is the stdlib's ``timeit.Timer`` on torch's benchmark clock (which waits
-    for queued GPU work): ``torch.utils.benchmark.Timer.timeit`` adds two or more warm-up calls to every
-    measurement, which tripled the cost of rounds of one slow call, and ``blocked_autorange``
-    re-calibrates every round. ``count``: the callable whose cold call also counts its FLOPs and ops
-    (FlopCounterMode), returned as ``(flops, ops)``, else None.
-    """
-    timers, numbers, counted, counts = {}, {}, None, []
-    for label, fn in fns.items():
-        timers[label] = timeit.Timer(fn, timer=synchronized_clock)
-        if label == count:  # its cold call also counts (the counter's overhead only lengthens a call)
-            cold = timed(lambda: counts.append(count_flops(fn, with_ops=True)))
-            counted = counts[0]
-        else:
-            cold = timed(fn)  # first-call costs (allocation, dispatch caches)
-        warm = cold if cold >= 10 * settings.round_seconds else timed(fn)
-        numbers[label] = max(1, int(settings.round_seconds / max(warm, 1e-9)))
-    return _rounds(timers, numbers, settings.repeats), counted
-
-
-def _rounds(timers, numbers, repeats: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {label: [] for label in timers}
-    for _ in range(repeats):
-        for label, timer in timers.items():
-            samples[label].append(timer.timeit(numbers[label]) / numbers[label])
-    return samples
-
-
-def relative_spread(values: list[float]) -> float:
-    """Interquartile range over median: the noise figure a cell is flagged by."""
-    median, iqr = _quartiles(values)
-    return iqr / median if median > 0 else 0.0
-
-
-def measure_cell(fns: dict[str, callable], settings, count: str | None = None):
-    """Interleaved rounds of every callable; while any callable's spread is over the profile's noise
-    threshold, more rounds are added (at most ``noise_retries`` times; ``settings``: the speed suite's). Returns the samples, how many
-    times the cell was re-measured, and ``count``'s (FLOPs, ops) from its cold call (None without one)."""
-    samples, counted = _time_round_robin(fns, settings, count)
-    retries = 0
-    while retries < settings.noise_retries and max(map(relative_spread, samples.values())) > settings.noise_threshold:
-        retries += 1
-        more, _ = _time_round_robin(fns, settings)
-        samples = {label: samples[label] + more[label] for label in samples}
-    return samples, retries, counted
+def _count(fn):
+    return count_flops(fn, with_ops=True)
 
 
 def _loads_at(variant, profile, mode, n, only=None, peers=False):
@@ -159,12 +105,14 @@ _PLANS: dict[tuple, tuple] = {}
 
 def speed_plan(variant, profile, mode):
     """Which lengths the speed suite times, for the variant and what it is compared with (zoo.plan); made once
-    per variant, profile and mode in a worker (the timing and the approximation error both follow it)."""
+    per variant, profile and mode in a worker (the timing and the approximation error both follow it), and once
+    in a run whose processes share a folder for it (:func:`zoo.plan.shared`)."""
     key = (variant.name, repr(profile), mode)
     made_for, plan = _PLANS.get(key, (None, None))
     if made_for is not variant:
-        plan = plan_lengths(functools.partial(_loads_at, variant, profile, mode), profile.of(SUITE).lengths, variant,
-                            {SDPA, comparator(variant)}, profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib)
+        plan = shared(f"speed|{variant.name}|{mode}|{profile!r}", lambda: plan_lengths(
+            functools.partial(_loads_at, variant, profile, mode), profile.of(SUITE).lengths, variant,
+            {SDPA, comparator(variant)}, profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib))
         _PLANS[key] = (variant, plan)
     return plan
 
@@ -180,7 +128,7 @@ def run_speed(variant, profile):
         loads_at = functools.partial(_loads_at, variant, profile, mode)
         plan = speed_plan(variant, profile, mode)
         yield from plan_rows(plan, variant.name, mode, "timed")
-        medians: dict[str, dict[str, dict[int, float]]] = {phase: {} for phase in PHASES}
+        timed_here: list[Result] = []
         stopped_by = None
         for n in plan.lengths[variant.name]:
             if stopped_by:
@@ -201,57 +149,123 @@ def run_speed(variant, profile):
             for phase in PHASES:
                 fns = {who: (load.forward if phase == "fwd" else load.train_step) for who, load in loads.items()
                        if phase == "fwd" or load.train_step is not None}
-                samples, retries, counted = measure_cell(fns, profile.of(SUITE), count=variant.name)
-                yield from _rows(variant, profile, mode, phase, n, samples, retries, counted, peak)
-                for who, times in samples.items():
-                    medians[phase].setdefault(who, {})[n] = statistics.median(times)
-            ours = {phase: medians[phase].get(variant.name, {}).get(n) for phase in PHASES}
-            if None not in ours.values():
-                yield Result("backward-cost", MEASURED, f"{mode} fwd+bwd n={n}", ours["fwd+bwd"] / ours["fwd"], "ratio",
-                             "the variant's fwd+bwd time / its own fwd time (medians, same cell)", n=n, mode=mode,
-                             phase="fwd+bwd")
-        for phase in PHASES:
-            yield from _summary_rows(variant, mode, phase, medians[phase])
+                samples, retries, (flops, kernels) = measure_cell(fns, profile.of(SUITE), variant.name, _count)
+                setting, tag = f"{mode} {phase} n={n}", dict(n=n, mode=mode, phase=phase)
+                spread = max(map(relative_spread, samples.values()))
+                yield Result("time-spread", MEASURED, setting, spread, "IQR/median",
+                             f"largest IQR/median of the cell's callables; re-measured {retries} time(s)", **tag)
+                yield Result("flops", MEASURED, setting, flops, "FLOPs", "counted in one call (FlopCounterMode)", **tag)
+                fused = sorted(op for op in kernels if "scaled_dot_product" in op)
+                yield Result("sdpa-backend", MEASURED, setting, detail=", ".join(fused) or "no fused attention kernel",
+                             **tag)
+                for row in _timed_rows(variant, profile, mode, phase, n, {who: [t] for who, t in samples.items()},
+                                       flops, peak):
+                    timed_here.append(row)
+                    yield row
+        yield from _summary_rows(variant, mode, timed_here)
 
 
-def _rows(variant, profile, mode, phase, n, samples, retries, counted, peak):
-    setting = f"{mode} {phase} n={n}"
-    tag = dict(n=n, mode=mode, phase=phase)
-    ours = samples[variant.name]
-    median, iqr = _quartiles(ours)
-    yield Result("time", MEASURED, setting, median, "s", f"IQR {iqr:.3g} s over {len(ours)} rounds", samples=ours, **tag)
-    yield Result("time-iqr", MEASURED, setting, iqr, "s", **tag)
-    spread = max(relative_spread(times) for times in samples.values())
-    yield Result("time-spread", MEASURED, setting, spread, "IQR/median",
-                 f"largest IQR/median of the cell's callables; re-measured {retries} time(s)", **tag)
-    for who, times in samples.items():
+DERIVED = {"time", "time-iqr", "time-ratio", "time-between", "tokens-per-s", "gflops", "peak-fraction",
+           "backward-cost", "time-exponent"}
+"""The rows the suite derives from the rounds of a cell: :func:`combine` derives them again from every process's."""
+
+
+def _timed_rows(variant, profile, mode, phase, n, per_process: dict[str, list[list[float]]], flops, peak):
+    """A cell's figures from its callables' rounds (one list of rounds per process, in the same order for each
+    callable): times, ratios per round, the spread between processes, and the rates."""
+    setting, tag = f"{mode} {phase} n={n}", dict(n=n, mode=mode, phase=phase)
+    ours = figure(per_process[variant.name])
+    yield Result("time", MEASURED, setting, ours.value, "s", f"IQR {ours.iqr:.3g} s over {len(ours.samples)} rounds "
+                 f"in {ours.processes} process(es)", samples=ours.samples, low=ours.low, high=ours.high, **tag)
+    yield Result("time-iqr", MEASURED, setting, ours.iqr, "s", **tag)
+    yield from _between(ours, setting, tag, "its time")
+    for who, times in per_process.items():
         if who == variant.name:
             continue
-        other, other_iqr = _quartiles(times)
-        yield Result("time", MEASURED, setting, other, "s", f"IQR {other_iqr:.3g} s", samples=times, versus=who, **tag)
-        ratios = [a / b for a, b in zip(ours, times)]
-        ratio, ratio_iqr = _quartiles(ratios)
-        yield Result("time-ratio", MEASURED, setting, ratio, "ratio",
-                     f"variant time / {who} time per round; IQR {ratio_iqr:.3g}", samples=ratios, versus=who, **tag)
-    yield Result("tokens-per-s", MEASURED, setting, profile.of(SUITE).batch * n / median, "tokens/s", **tag)
-    flops, kernels = counted
-    yield Result("gflops", MEASURED, setting, flops / median / 1e9, "GFLOP/s", f"{flops:.4g} FLOPs counted", **tag)
-    fused = sorted(op for op in kernels if "scaled_dot_product" in op)
-    yield Result("sdpa-backend", MEASURED, setting, detail=", ".join(fused) or "no fused attention kernel", **tag)
-    yield Result("peak-fraction", MEASURED, setting, flops / median / peak, "fraction",
+        other = figure(times)
+        yield Result("time", MEASURED, setting, other.value, "s", f"IQR {other.iqr:.3g} s", samples=other.samples,
+                     versus=who, low=other.low, high=other.high, **tag)
+        ratio = figure([[a / b for a, b in zip(mine, theirs)] for mine, theirs in zip(per_process[variant.name], times)])
+        yield Result("time-ratio", MEASURED, setting, ratio.value, "ratio",
+                     f"variant time / {who} time per round; IQR {ratio.iqr:.3g}", samples=ratio.samples, versus=who,
+                     low=ratio.low, high=ratio.high, **tag)
+        yield from _between(ratio, setting, tag, f"its ratio to {who}", versus=who)
+    yield Result("tokens-per-s", MEASURED, setting, profile.of(SUITE).batch * n / ours.value, "tokens/s", **tag)
+    yield Result("gflops", MEASURED, setting, flops / ours.value / 1e9, "GFLOP/s", f"{flops:.4g} FLOPs counted", **tag)
+    yield Result("peak-fraction", MEASURED, setting, flops / ours.value / peak, "fraction",
                  "achieved FLOP/s / measured matmul peak", **tag)
 
 
-def _summary_rows(variant, mode, phase, medians):
-    """The time exponent. (No timed crossover with SDPA: near a ratio of 1 whether it exists flips with
+def _between(figure_, setting, tag, what, versus=""):
+    """How far apart the processes' medians of a figure landed (none from a single process)."""
+    if figure_.between is not None:
+        yield Result("time-between", MEASURED, setting, figure_.between, "(max-min)/median",
+                     f"{what}: spread of {figure_.processes} processes' medians", versus=versus, **tag)
+
+
+def _summary_rows(variant, mode, rows: list[Result]):
+    """From the variant's own times over the mode's cells: what the backward pass costs at each length, and the
+    time exponent of each phase. (No timed crossover with SDPA: near a ratio of 1 whether it exists flips with
     noise; the complexity suite's FLOP crossover is deterministic.)"""
-    ours = medians.get(variant.name, {})
-    lengths = sorted(ours)
-    fitted = fit_exponent(lengths, [ours[n] for n in lengths])
-    if fitted is not None:
-        yield Result("time-exponent", MEASURED, f"{mode} {phase}", fitted, "exponent",
-                     f"claimed {variant.complexity.time:g}; timing is noisy, verdicts use FLOPs and memory",
-                     mode=mode, phase=phase)
+    medians = {(row.phase, row.n): row.value for row in rows if row.check == "time" and not row.versus}
+    for phase, n in sorted(medians):
+        if phase == "fwd" and ("fwd+bwd", n) in medians:
+            yield Result("backward-cost", MEASURED, f"{mode} fwd+bwd n={n}", medians["fwd+bwd", n] / medians["fwd", n],
+                         "ratio", "the variant's fwd+bwd time / its own fwd time (medians, same cell)", n=n, mode=mode,
+                         phase="fwd+bwd")
+    for phase in PHASES:
+        lengths = sorted(n for p, n in medians if p == phase)
+        fitted = fit_exponent(lengths, [medians[phase, n] for n in lengths])
+        if fitted is not None:
+            yield Result("time-exponent", MEASURED, f"{mode} {phase}", fitted, "exponent",
+                         f"claimed {variant.complexity.time:g}; timing is noisy, verdicts use FLOPs and memory",
+                         mode=mode, phase=phase)
+
+
+def combine(variant, profile, rows_by_process: list[list[Result]]):
+    """The speed check's rows from several processes' (``Check.combine``): each cell's figures derived again from
+    every process's rounds (:func:`zoo.timing.figure`), its within-process noise the largest any process saw, the
+    matmul peak the median of theirs; every other row (plans, counts, kernels, peers' first calls, skips) as the
+    first process gave it, and an error of a later process kept unless the first met the same one."""
+    rounds: dict[tuple, dict[str, list[list[float]]]] = {}
+    spreads: dict[tuple, float] = {}
+    flops: dict[tuple, float] = {}
+    for rows in rows_by_process:
+        for row in rows:
+            cell = (row.mode, row.phase, row.n)
+            if row.check == "time" and row.status == MEASURED and row.samples:
+                rounds.setdefault(cell, {}).setdefault(row.versus or variant.name, []).append(row.samples)
+            elif row.check == "time-spread" and row.value is not None:
+                spreads[cell] = max(spreads.get(cell, 0.0), row.value)
+            elif row.check == "flops" and row.value is not None:
+                flops.setdefault(cell, row.value)
+    peaks = [row.value for rows in rows_by_process for row in rows if row.check == "matmul-peak" and row.value]
+    kept = []
+    for row in rows_by_process[0]:
+        if row.check == "matmul-peak" and peaks:
+            row = dataclasses.replace(row, value=statistics.median(peaks), samples=peaks,
+                                      detail=f"median of {len(peaks)} processes' measurements (samples: each's)")
+        elif row.check == "time-spread" and row.status == MEASURED:
+            row = dataclasses.replace(row, value=spreads[(row.mode, row.phase, row.n)],
+                                      detail="largest IQR/median of the cell's callables in any of the processes")
+        if row.check not in DERIVED or row.status != MEASURED:
+            kept.append(row)
+    seen = {(row.check, row.setting, row.detail) for row in kept if row.status == ERROR}
+    kept += [row for rows in rows_by_process[1:] for row in rows  # an error the first process also met: once
+             if row.status == ERROR and (row.check, row.setting, row.detail) not in seen]
+    peak = statistics.median(peaks) * 1e9 if peaks else float("nan")
+    timed_here: dict[str, list[Result]] = {}
+    first = {(r.mode, r.phase, r.n) for r in rows_by_process[0] if r.check == "time" and r.status == MEASURED}
+    for (mode, phase, n), per_process in rounds.items():  # the cells the first process timed (its plan, its net)
+        if variant.name not in per_process or (mode, phase, n) not in flops or (mode, phase, n) not in first:
+            continue
+        same = min(len(runs) for runs in per_process.values())  # a callable missing in a process: drop that process
+        cell = {who: runs[:same] for who, runs in per_process.items()}
+        timed_here.setdefault(mode, []).extend(
+            _timed_rows(variant, profile, mode, phase, n, cell, flops[(mode, phase, n)], peak))
+    for mode, rows in timed_here.items():
+        kept += rows + list(_summary_rows(variant, mode, rows))
+    return kept
 
 
 def run_approximation_error(variant, profile):
@@ -323,6 +337,23 @@ def _is_noisy(board, variant, mode, phase, n) -> bool:
     return spread is not None and threshold is not None and spread > threshold
 
 
+def _width(board, variant, mode, phase, n, versus="") -> float | None:
+    """How wide the figure's stated interval is, as a fraction of it: the variant's time (versus: its ratio to that
+    callable). None for a figure stored without an interval."""
+    check = "time-ratio" if versus else "time"
+    value, low, high = (board.value(variant, check, mode, phase, n, versus=versus, field=f)
+                        for f in ("value", "low", "high"))
+    return None if None in (value, low, high) or value <= 0 else (high - low) / value
+
+
+def _varies(board, variant, mode, phase, n, versus="") -> bool:
+    """The figure's interval (its processes' medians and its rounds' spread) is wider than the run's threshold: a
+    rerun may land elsewhere."""
+    width, threshold = _width(board, variant, mode, phase, n, versus), getattr(board.settings_of(SUITE),
+                                                                             "interval_threshold", None)
+    return width is not None and threshold is not None and width > threshold
+
+
 def _missing(board, variant: str, mode: str, phase: str, n) -> str:
     """Why a variant has no time at (mode, phase, n): the plan's, the safety net's or an error's words."""
     rows = board.results[(board.results.variant == variant) & (board.results.suite == SUITE)]
@@ -341,18 +372,26 @@ def _missing(board, variant: str, mode: str, phase: str, n) -> str:
 
 def _ratio_cell(board, variant, phase, n, notes=None) -> tuple[float | None, str]:
     """The ratio to the comparator and its cell: marked noisy, or why it is missing (a footnote in ``notes``)."""
-    ratio = board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=_versus(board, variant))
+    versus = _versus(board, variant)
+    ratio = board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=versus)
     if ratio is None:
         why = _missing(board, variant, RANK_MODE, phase, n)
         return None, "not timed " + (notes.mark(why) if notes is not None else f"({why})")
-    return ratio, fmt_x(ratio) + (" (noisy)" if _is_noisy(board, variant, RANK_MODE, phase, n) else "")
+    low, high = (board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=versus, field=f) for f in ("low", "high"))
+    interval = f" [{low:.3g}-{high:.3g}]" if low is not None and high is not None else ""
+    marks = [word for word, marked in (("noisy", _is_noisy(board, variant, RANK_MODE, phase, n)),
+                                       ("varies", _varies(board, variant, RANK_MODE, phase, n, versus))) if marked]
+    return ratio, fmt_x(ratio) + interval + (f" ({', '.join(marks)})" if marks else "")
 
 
 def rank_figure(board, variant) -> zoo.RankFigure:
-    """Forward+backward time relative to the op the variant's kind is compared with, at the reference length."""
+    """Forward+backward time relative to the op the variant's kind is compared with, at the reference length, with
+    the interval its processes and rounds span (overlapping intervals are tied places)."""
     n = board.settings_of(SUITE).reference_length
     value, text = _ratio_cell(board, variant, RANK_PHASE, n)
-    return zoo.RankFigure(ratio_header(board.kind(variant), RANK_PHASE, n), value, text)
+    low, high = (board.value(variant, "time-ratio", RANK_MODE, RANK_PHASE, n, versus=_versus(board, variant), field=f)
+                 for f in ("low", "high"))
+    return zoo.RankFigure(ratio_header(board.kind(variant), RANK_PHASE, n), value, text, low, high)
 
 
 def _approximation_missing(board, variant, n) -> str:
@@ -390,8 +429,32 @@ def _noise_line(board) -> str:
     over = int((spreads > threshold).sum()) if threshold is not None else 0
     rule = (f"; {over} of {len(spreads)} cells stayed above the {threshold:g} threshold after re-measuring and are "
             "marked (noisy)") if threshold is not None else ""
-    return (f"Noise on this board: interquartile range / median of the timed cells (each cell's noisiest callable), "
-            f"median {spreads.median():.3g}, largest {spreads.max():.3g}{rule}.")
+    return (f"Noise on this board: within a process, interquartile range / median of the timed cells (each cell's "
+            f"noisiest callable), median {spreads.median():.3g}, largest {spreads.max():.3g}{rule}.")
+
+
+def _reproducibility_line(board) -> str:
+    """The run's reproducibility figures: how far apart its processes' medians of one cell land, for the ratios to
+    the op each kind is ranked against and for the variants' own times, and how many figures are marked."""
+    rows = board.results[(board.results.suite == SUITE) & (board.results.check == "time-between")]
+    if rows.empty:
+        return ("Reproducibility: each cell was timed in one process, so nothing here says how far a rerun would "
+                "land (run with --processes 2 or more).")
+    comparators = {variant: _versus(board, variant) for variant in board.variants}
+    ratios = rows[rows.versus == rows.variant.map(comparators)]
+    times = rows[rows.versus == ""]
+    described = "; ".join(f"{label} median {values.value.median():.3g}, largest {values.value.max():.3g}"
+                          for label, values in (("ratios to the op each kind is ranked against", ratios),
+                                                ("own times", times)) if not values.value.dropna().empty)
+    threshold = getattr(board.settings_of(SUITE), "interval_threshold", None)
+    marked = [_varies(board, r.variant, r.mode, r.phase, r.n, r.versus) for frame in (ratios, times)
+              for r in frame.itertuples()]
+    return (f"Reproducibility: each cell was timed in {board.settings.get('processes') or 'several'} fresh processes, "
+            f"each a separate pass over the run's variants; the spread of their medians ((largest - smallest) / "
+            f"median): {described}. A figure's interval [low-high] spans every process's median and at least the "
+            f"rounds' interquartile range; {sum(marked)} of {len(marked)} of these figures have one wider than "
+            f"{threshold:g} of their value and are marked *varies* (a rerun may land elsewhere); ranked variants "
+            "whose intervals overlap share a rank.")
 
 
 def rank_intro(board) -> list[str]:
@@ -411,6 +474,7 @@ def rank_intro(board) -> list[str]:
         "higher logit scales included). An approximation no better than the trivial answer on the structured "
         "inputs fails correctness and is not ranked.",
         _noise_line(board),
+        *([_reproducibility_line(board)] if (board.results.check == "time").any() else []),
     ]
 
 
@@ -463,8 +527,10 @@ def section(board) -> zoo.Section:
                     iqr, x = board.value(variant, "time-iqr", mode, phase, n), board.value(variant, "time-ratio", mode, phase, n,
                                                                                            versus=versus)
                     error = board.value(variant, "approximation-error", mode, "fwd", n) if phase == "fwd" else None
-                    row[f"n={n}"] = (fmt_ms(t, iqr)
-                                     + (f" ({fmt_x(x)})" if x is not None else " (no ratio)")
+                    ratio_varies = _varies(board, variant, mode, phase, n, versus)
+                    row[f"n={n}"] = (fmt_ms(t, iqr) + (" varies" if _varies(board, variant, mode, phase, n) else "")
+                                     + (f" ({fmt_x(x)}{', varies' if ratio_varies else ''})" if x is not None
+                                        else " (no ratio)")
                                      + (" noisy" if _is_noisy(board, variant, mode, phase, n) else "")
                                      + (f"; approx. error {error:.2f}" if error is not None else ""))
                 rows.append(row)
@@ -480,7 +546,9 @@ def section(board) -> zoo.Section:
                     if any(v is not None for v in values.values()) or (who in peers and phase == "fwd" and timed_here):
                         extra.append({"variant": variant, "versus": who + (" (peer)" if who in peers else ""),
                                       "mode": mode, "pass": phase,
-                                      **{f"n={n}": (fmt_x(v) + _first_call(board, variant, who, mode, n) if v is not None
+                                      **{f"n={n}": (fmt_x(v) + (" varies" if _varies(board, variant, mode, phase, n, who)
+                                                                 else "") + _first_call(board, variant, who, mode, n)
+                                                    if v is not None
                                                     else _baseline_gap(board, variant, who, mode, n, notes))
                                          for n, v in values.items()}})
     sweeps = []
@@ -501,13 +569,20 @@ def section(board) -> zoo.Section:
                                   "% of matmul peak": fmt_g(None if fraction is None else 100 * fraction),
                                   "tokens/s": fmt_g(board.value(variant, "tokens-per-s", mode, phase, ref)),
                                   "fused attention kernels": _kernels(board, variant, mode, phase, ref)})
-    peak = results[results.check == "matmul-peak"].value.dropna()
-    peak_text = f"{peak.median():.3g} GFLOP/s (median over the run's workers)" if not peak.empty else "not measured"
+    peak = results[results.check == "matmul-peak"]
+    each = [x for samples, value in zip(peak.samples, peak.value) if value == value
+            for x in (samples if isinstance(samples, list) and samples else [value])]
+    peak_text = (f"{statistics.median(each):.3g} GFLOP/s (median over the run's worker processes; from "
+                 f"{min(each):.3g} to {max(each):.3g} between them: the machine itself runs faster or slower from "
+                 "minute to minute, which no setting of the harness removes)") if each else "not measured"
     dtype = settings.get("dtype", "float32")
     text = ("Median time per call over interleaved rounds (± interquartile range) and, in brackets, the ratio "
             "to the op named under *versus* (torch SDPA for cores, nn.MultiheadAttention(need_weights=False) for "
-            "layers) on the same shapes in the same process (median of per-round ratios); *noisy* marks a cell "
-            "whose IQR/median stayed above the run's threshold after re-measuring. An approximation's forward "
+            "layers) on the same shapes in the same process (median of per-round ratios, over every process that "
+            "timed the cell); *noisy* marks a cell whose IQR/median stayed above the run's threshold after "
+            "re-measuring, *varies* a time or ratio whose interval (every process's median, at least the rounds' "
+            "interquartile range) is wider than the run's threshold (a rerun may land elsewhere). An approximation's "
+            "forward "
             "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
     tables = [zoo.Table("", [], rows, footnotes=notes.reasons),  # its own and the baselines' empty cells
@@ -516,7 +591,7 @@ def section(board) -> zoo.Section:
                   "the variant cannot avoid, timed in the forward pass only; a *peer* is another library's "
                   "implementation of the same function, timed in the forward pass after a first call that is not "
                   "timed, whose output agreed with the variant's; its first call, where compilation happens, is "
-                  "given beside its ratio)."])]
+                  "given beside its ratio; *varies*: the ratio's interval is wider than the run's threshold)."])]
     if sweeps:
         tables.append(zoo.Table("Approximation error against the plugin's own options", [], sweeps, note=[
             "Each approximation's normalised error (0 exact, 1 = each query's mean of the values) at the values of "
@@ -560,7 +635,11 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("time", "median seconds per call over interleaved rounds (with versus: that callable's, in the "
                     "same cell)", "s"),
         zoo.Measure("time-iqr", "interquartile range of the time over rounds", "s"),
-        zoo.Measure("time-spread", "the cell's largest IQR/median over its callables: its noise", "IQR/median"),
+        zoo.Measure("time-spread", "the cell's largest IQR/median over its callables in any process: its noise within "
+                    "a process", "IQR/median"),
+        zoo.Measure("time-between", "the spread of the processes' medians of the variant's time (with versus: of its "
+                    "ratio to that callable), (max - min) / median: how far a rerun may land", "(max-min)/median"),
+        zoo.Measure("flops", "FLOPs of one timed call of the variant, counted", "FLOPs"),
         zoo.Measure("time-ratio", "time / the time of the callable named in versus, median of per-round ratios", "ratio"),
         zoo.Measure("tokens-per-s", "tokens processed per second", "tokens/s"),
         zoo.Measure("gflops", "counted FLOPs / time", "GFLOP/s"),
@@ -585,21 +664,29 @@ SUITE_DEFINITION = zoo.Suite(
     section=section, columns=columns, ranking=zoo.Ranking(rank_figure, rank_intro), upgrade=upgrade, order=30,
     settings={
         "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full",),
-        "repeats": 5, "round_seconds": 0.02,
+        # rounds per process (a figure pools the rounds of the run's processes: 3 in quick and full), each costing
+        # every callable about round_seconds
+        "repeats": 2, "round_seconds": 0.01,
+        # fewer rounds in a process where they would cost a cell more than this (at least one; None: no cap)
+        "cell_seconds": 1.5,
         # the measurement plan (zoo.plan): a length is left out for a callable whose forward+backward call is
         # predicted, from counted FLOPs and memory, to exceed these caps; no clock decides what is measured
         "max_call_gflop": 100.0, "max_call_gib": 4.0,
         # a cell whose IQR exceeds this fraction of its median is re-measured (up to noise_retries times, adding
         # rounds) and, if still noisy, marked on the board
         "noise_threshold": 0.2, "noise_retries": 1,
+        # a time or ratio whose interval (every process's median, at least the rounds' IQR) is wider than this
+        # fraction of its value is marked on the board (a rerun may land elsewhere); overlapping ranks are tied
+        "interval_threshold": 0.1,
         # a last-resort safety net, not a plan: a variant whose one warm call takes longer is not timed at larger
         # lengths, and the board says so (None: none, as in the smoke profile: no clock decides anything there)
         "call_limit_seconds": 30.0,
         "reference_length": 1024,  # variants are ranked by fwd+bwd time / their comparator's at this n
     },
     presets={
-        "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "modes": ("full", "causal"), "repeats": 11,
-                 "round_seconds": 0.2, "max_call_gflop": 2500.0, "max_call_gib": 8.0, "call_limit_seconds": 60.0,
+        "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "modes": ("full", "causal"), "repeats": 4,
+                 "round_seconds": 0.2, "cell_seconds": None, "max_call_gflop": 2500.0, "max_call_gib": 8.0,
+                 "call_limit_seconds": 60.0,
                  "reference_length": 4096},
         "smoke": {"d_model": 64, "heads": 2, "lengths": (64, 128, 256), "repeats": 2, "round_seconds": 0.005,
                   "reference_length": 256, "call_limit_seconds": None},
@@ -620,6 +707,6 @@ def zoo_register_suites(register):
 @zoo.hookimpl
 def zoo_register_checks(register):
     register(Check("speed", SUITE, "median time, IQR, x SDPA and baselines, GFLOP/s and % of matmul peak over n",
-                   run_speed))
+                   run_speed, combine=combine))
     register(Check("approximation-error", SUITE, "error against the function approximated over n, normalised "
                    "(0 exact, 1 = mean of the values)", run_approximation_error))

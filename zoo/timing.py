@@ -1,0 +1,135 @@
+"""Timing: interleaved rounds inside one process, and what the rounds of several fresh processes say together.
+
+Inside a process the callables of a cell take turns, round after round, each running a call count calibrated so
+a round costs it about ``round_seconds``; the turn order alternates between rounds (ABBA), so whatever one
+callable leaves behind for the next (caches, a thread pool's state) falls on each alike.
+
+Rounds in one process are not the uncertainty of a figure: a fresh process, or the same one minutes later, lands
+elsewhere by more than the rounds spread. On the shared 2-core virtual machines the zoo runs on, the cause is the
+machine itself: its matmul rate moves by tens of percent from second to second and from minute to minute (no
+steal time is reported), and a variant made of many small ops moves with it more than one fused call does;
+pinning the OpenMP threads, their wait policy and address-space randomisation changed none of that. So a run
+measures a timing in several processes, a pass over the variants apart (:attr:`zoo.Check.combine`), and a figure
+(:func:`figure`) is the median of all their rounds, its interval spans every process's median (never narrower
+than the pooled rounds' interquartile range), and its spread between processes is (largest - smallest process
+median) / median.
+"""
+
+from __future__ import annotations
+
+import statistics
+import timeit
+from dataclasses import dataclass
+
+from torch.utils.benchmark.utils.timer import timer as synchronized_clock
+
+from .scaling import timed
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """Median and interquartile range (0 for a single value)."""
+    if len(values) < 2:
+        return values[0], 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return statistics.median(values), q3 - q1
+
+
+def relative_spread(values: list[float]) -> float:
+    """Interquartile range over median: the within-process noise figure a cell is re-measured and flagged by."""
+    median, iqr = quartiles(values)
+    return iqr / median if median > 0 else 0.0
+
+
+def time_round_robin(fns: dict[str, callable], settings, count: str | None = None, counter=None):
+    """Per-call seconds of each callable over ``settings.repeats`` interleaved rounds, and ``count``'s
+    ``counter(fn)`` from its cold call (else None).
+
+    Each callable runs a call count calibrated once from a warm-up (after a first, cold call): calls, untimed,
+    for one round's worth of time, since a callable's first tenth of a second here ran 10-20% slower than its
+    steady state; so a round costs every callable about ``round_seconds``. A cold call already ten rounds long
+    needs no warm-up (its count is one). A round is the stdlib's ``timeit.Timer`` on torch's benchmark clock (which waits
+    for queued GPU work): ``torch.utils.benchmark.Timer.timeit`` adds two or more warm-up calls to every
+    measurement, which tripled the cost of rounds of one slow call, and ``blocked_autorange``
+    re-calibrates every round. ``counter``: what the cold call of ``count`` also measures (FLOPs, say; its
+    overhead only lengthens a call that is not timed). How many rounds: :func:`rounds_within`.
+    """
+    timers, numbers, costs, counted = {}, {}, {}, None
+    for label, fn in fns.items():
+        timers[label] = timeit.Timer(fn, timer=synchronized_clock)
+        if label == count and counter is not None:
+            results = []
+            cold = timed(lambda: results.append(counter(fn)))
+            counted = results[0]
+        else:
+            cold = timed(fn)  # first-call costs (allocation, dispatch caches)
+        warm = cold if cold >= 10 * settings.round_seconds else _warm_up(fn, settings.round_seconds)
+        numbers[label] = max(1, int(settings.round_seconds / max(warm, 1e-9)))
+        costs[label] = numbers[label] * warm
+    return rounds(timers, numbers, rounds_within(settings, sum(costs.values()))), counted
+
+
+def rounds_within(settings, round_cost: float) -> int:
+    """``settings.repeats`` rounds, fewer where they would cost more than ``settings.cell_seconds`` (None: no cap),
+    never none: a cell of slow calls takes one round in each of the run's processes instead of several in one."""
+    cap = getattr(settings, "cell_seconds", None)
+    if cap is None or round_cost <= 0:
+        return settings.repeats
+    return max(1, min(settings.repeats, int(cap / round_cost)))
+
+
+def _warm_up(fn, seconds: float) -> float:
+    """Call ``fn`` until ``seconds`` have passed (at least once); the mean seconds per call."""
+    calls, started = 0, synchronized_clock()
+    while True:
+        fn()
+        calls += 1
+        elapsed = synchronized_clock() - started
+        if elapsed >= seconds:
+            return elapsed / calls
+
+
+def rounds(timers: dict[str, timeit.Timer], numbers: dict[str, int], repeats: int) -> dict[str, list[float]]:
+    """``repeats`` rounds of every timer, per-call seconds each; the turn order reverses every other round."""
+    samples: dict[str, list[float]] = {label: [] for label in timers}
+    order = list(timers)
+    for index in range(repeats):
+        for label in (order if index % 2 == 0 else order[::-1]):
+            samples[label].append(timers[label].timeit(numbers[label]) / numbers[label])
+    return samples
+
+
+def measure_cell(fns: dict[str, callable], settings, count: str | None = None, counter=None):
+    """Interleaved rounds of every callable; while any callable's spread is over the profile's noise
+    threshold, more rounds are added (at most ``noise_retries`` times; ``settings``: the suite's). Returns the
+    samples, how many times the cell was re-measured, and ``count``'s ``counter`` result (None without one)."""
+    samples, counted = time_round_robin(fns, settings, count, counter)
+    retries = 0
+    while retries < settings.noise_retries and max(map(relative_spread, samples.values())) > settings.noise_threshold:
+        retries += 1
+        more, _ = time_round_robin(fns, settings)
+        samples = {label: samples[label] + more[label] for label in samples}
+    return samples, retries, counted
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One timed figure from the rounds of one or more processes."""
+
+    value: float  # median of every round of every process
+    iqr: float  # interquartile range of those rounds
+    low: float  # the interval: every process's median, and at least value -/+ iqr / 2
+    high: float
+    between: float | None  # (largest - smallest process median) / value; None from a single process
+    samples: list[float]  # every round, process after process
+    processes: int
+
+
+def figure(per_process: list[list[float]]) -> Figure:
+    """The figure the rounds of several processes give (one list of rounds per process)."""
+    per_process = [rounds_ for rounds_ in per_process if rounds_]
+    pooled = [value for rounds_ in per_process for value in rounds_]
+    value, iqr = quartiles(pooled)
+    medians = [statistics.median(rounds_) for rounds_ in per_process]
+    between = (max(medians) - min(medians)) / value if len(medians) > 1 and value > 0 else None
+    return Figure(value, iqr, min(*medians, value - iqr / 2), max(*medians, value + iqr / 2), between, pooled,
+                  len(per_process))
