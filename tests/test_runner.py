@@ -240,3 +240,39 @@ def test_a_check_with_a_combine_runs_in_each_process_and_a_combine_that_raises_c
     [error] = rows[(rows.check == "broken") & (rows.status == "error")].itertuples()
     assert "combining the rows of 3 processes failed: ValueError: cannot combine" in error.detail
     assert len(store.jobs(store.latest_run())) == 1
+
+
+def test_a_run_stopped_between_passes_keeps_every_first_process(registry):
+    from zoo.checks import Result
+    from zoo.profiles import get_profile
+    from zoo.runner import Job, execute
+
+    store = Store.in_memory("a run stopped between passes")
+    run = store.start_run(get_profile("quick").as_dict(), {}, "2026-01-01 00:00:00")
+    rows = [Result("time", "measured", "full fwd n=64", 1e-3, "s", n=64, mode="full", phase="fwd",
+                   samples=[1e-3, 1e-3]).as_dict()]
+
+    class StoppedAfterTheFirstPass:
+        def run(self, jobs, on_check, on_job):
+            on_job({"variant": "dot-product", "suite": "speed", "process": 0, "status": "done",
+                    "checks": [("speed", rows)]})
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(registry, store, run, [Job("dot-product", "speed"), Job("dot-product", "speed", 1)],
+                StoppedAfterTheFirstPass(), get_profile("quick"))
+    assert ("dot-product", "speed") in store.finished_jobs(run)
+    assert list(store.results(run).check) == ["time"]
+
+
+def test_a_job_whose_first_process_crashed_is_not_repeated(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "crashes.py").write_text(CRASHES)
+    out = run_zoo("run", "crashes", "--suite", "speed", "--processes", 3, "--profile", "smoke", "--plugins-dir",
+                  plugins, "--out", tmp_path / "out", timeout=300)
+    assert out.returncode == 0, out.stderr
+    store = Store(tmp_path / "out" / "results.sqlite")
+    rows = store.results(store.latest_run())
+    assert list(rows[rows.status == "error"].check) == ["worker"], rows  # one crash: the first process's
+    assert "#2" in out.stderr and "#3" in out.stderr  # each further process accounted for, none run

@@ -74,3 +74,19 @@ def test_a_cell_of_slow_calls_takes_fewer_rounds_in_a_process_but_never_none():
     settings = SimpleNamespace(repeats=4, cell_seconds=1.0)
     assert [rounds_within(settings, cost) for cost in (0.1, 0.4, 5.0)] == [4, 2, 1]
     assert rounds_within(SimpleNamespace(repeats=4, cell_seconds=None), 5.0) == 4
+
+
+def test_runs_timed_in_one_process_are_compared_by_the_bootstrap_over_rounds():
+    """Two single-process runs: the interval of value -/+ IQR/2 is no uncertainty between processes, so compare
+    keeps the bootstrap over rounds (and its 10% threshold) even where rows carry intervals."""
+    before, after = _time(1.0, [1.0, 1.0, 1.01], 0.99, 1.01), _time(1.07, [1.07, 1.07, 1.08], 1.06, 1.08)
+    assert list(timing_changes(before, after).change) == ["slower"]  # disjoint intervals, 7% > 5%
+    assert timing_changes(before, after, intervals=False).empty  # 7% is under the bootstrap's 10%
+
+
+def test_a_run_stored_before_timings_were_repeated_reads_as_one_process():
+    from zoo.profiles import Profile, get_profile
+
+    stored = get_profile("quick").as_dict()
+    del stored["processes"]
+    assert Profile.from_dict(stored).processes == 1 and get_profile("quick").processes == 3

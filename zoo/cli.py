@@ -369,7 +369,8 @@ def cmd_compare(args) -> int:
     """zoo compare: what changed between two runs."""
     from tabulate import tabulate
 
-    from .compare import PRACTICAL_CHANGE, differences, exponent_changes, status_changes, timing_changes
+    from .compare import (PRACTICAL_CHANGE, PRACTICAL_CHANGE_ONE_PROCESS, differences, exponent_changes,
+                          status_changes, timing_changes)
     from .suite import upgrade_rows
 
     store, path = _read_only_store(args.out)
@@ -379,10 +380,13 @@ def cmd_compare(args) -> int:
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
     for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
         print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)
-    timing_title = (f"Timing changes: the ratio of medians is outside both runs' stated uncertainty (their intervals "
-                    f"do not overlap; older runs: a 95% bootstrap interval over rounds excludes 1), and the change "
-                    f"exceeds {PRACTICAL_CHANGE:.0%}")
-    for title, frame in ((timing_title, timing_changes(a, b)),
+    intervals = all((store.settings(r).get("processes") or 1) > 1 for r in resolved)
+    timing_title = ("Timing changes: the two runs' intervals over their processes do not overlap, and the change "
+                    f"exceeds {PRACTICAL_CHANGE:.0%}" if intervals else "Timing changes: a 95% bootstrap interval of "
+                    "the ratio of medians (over both runs' rounds) excludes 1, and the change exceeds "
+                    f"{PRACTICAL_CHANGE_ONE_PROCESS:.0%} (a run timed in one process states no interval over "
+                    "processes)")
+    for title, frame in ((timing_title, timing_changes(a, b, intervals)),
                          ("Checks that started or stopped failing", status_changes(a, b)),
                          ("Fitted exponents that moved by more than 0.1", exponent_changes(a, b))):
         print(f"## {title}\n")
@@ -418,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plugins)
 
     run_options = _Parser(add_help=False)
-    run_options.add_argument("--profile", help="quick (default, about 3 min here), full or smoke")
+    run_options.add_argument("--profile", help="quick (default, about 5 min here), full or smoke")
     run_options.add_argument("--suite", action="append", help="run only this suite (repeatable)")
     run_options.add_argument("--device", help="cpu (default) or cuda")
     run_options.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")

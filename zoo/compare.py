@@ -10,7 +10,10 @@ from .checks import BAD
 
 EXPONENT_MOVE = 0.1
 PRACTICAL_CHANGE = 0.05
-"""Smallest change reported, beyond the uncertainty: a change this small is not worth a reader's attention."""
+"""Smallest change reported between runs whose figures state intervals over several processes."""
+PRACTICAL_CHANGE_ONE_PROCESS = 0.10
+"""Smallest change reported otherwise: the same code timed in two processes here differs by more than per-round
+samples from within one process can show."""
 RESAMPLES, CONFIDENCE = 2000, 0.95
 RUN_SETTINGS_COMPARED = ("name", "threads", "processes", "dtype", "device", "variant_options")
 ENVIRONMENT_COMPARED = ("cpu", "device", "torch", "python", "allocator", "threads")
@@ -35,12 +38,13 @@ def ratio_interval(before: list[float], after: list[float], seed: int = 0) -> tu
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
-def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Median times (ms) that changed beyond their uncertainty and beyond the 5% practical threshold. The
-    uncertainty is the one the board states: where both runs give a time's interval (its processes' medians and
-    rounds, :mod:`zoo.timing`), the ratio after/before is uncertain from after's low / before's high to after's
-    high / before's low, a change only when that excludes 1 (the intervals do not overlap); a run without
-    intervals falls back to a 95% bootstrap interval over each run's per-round samples."""
+def timing_changes(a: pd.DataFrame, b: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
+    """Median times (ms) that changed beyond their uncertainty and beyond a practical threshold. With
+    ``intervals`` (both runs timed in several processes) the uncertainty is the one the board states: where both
+    give a time's interval (its processes' medians and rounds, :mod:`zoo.timing`), the ratio after/before is
+    uncertain from after's low / before's high to after's high / before's low, a change only when that excludes
+    1 (the intervals do not overlap) and exceeds 5%; otherwise a 95% bootstrap interval over each run's per-round
+    samples must exclude 1 and the change exceed 10%."""
     ta, tb = (_keyed(frame, "s") for frame in (a, b))
     ta, tb = (frame[frame.samples.map(bool).astype(bool)] for frame in (ta, tb))  # the timed cells: per-round samples behind each
     columns = ["value", "samples", "low", "high"]
@@ -48,9 +52,10 @@ def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, row in both.dropna(subset=["value_a", "value_b"]).iterrows():
         before, after = row.samples_a, row.samples_b
-        if not pd.isna([row.low_a, row.high_a, row.low_b, row.high_b]).any() and row.low_a > 0:
+        practical = PRACTICAL_CHANGE_ONE_PROCESS
+        if intervals and not pd.isna([row.low_a, row.high_a, row.low_b, row.high_b]).any() and row.low_a > 0:
             low, high = row.low_b / row.high_a, row.high_b / row.low_a
-            test = "stated intervals (processes and rounds) do not overlap"
+            test, practical = "stated intervals (processes and rounds) do not overlap", PRACTICAL_CHANGE
         elif isinstance(before, list) and isinstance(after, list) and before and after:
             low, high = ratio_interval(before, after)
             test = f"bootstrap over {len(before)}+{len(after)} rounds"
@@ -58,7 +63,7 @@ def timing_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             low = high = row.value_b / row.value_a
             test = "no per-round samples: point estimate only"
         ratio = row.value_b / row.value_a
-        if (low > 1 or high < 1) and abs(ratio - 1) > PRACTICAL_CHANGE:
+        if (low > 1 or high < 1) and abs(ratio - 1) > practical:
             variant, check, versus, mode, phase, n = key
             rows.append({"variant": variant, "measure": _measure(check, versus), "mode": mode, "phase": phase, "n": n,
                          "before (ms)": row.value_a * 1e3, "after (ms)": row.value_b * 1e3, "after / before": ratio,

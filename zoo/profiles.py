@@ -56,6 +56,7 @@ class Profile:
         nested = data.get("suites")
         if nested is None:
             nested = legacy_settings(data, _registered() if suites is None else suites)
+        data = {"processes": 1, **data}  # a run stored before timings were repeated was measured in one process
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known},
                    suites={name: {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
                            for name, values in nested.items()})

@@ -1,5 +1,5 @@
-"""The runner: turns a selection into jobs (variant x suite, plain data), hands them to an executor,
-and writes each finished job to the store as it arrives.
+"""The runner: turns a selection into jobs (variant x suite x process, plain data), hands them to an executor,
+and writes each finished job to the store as it arrives (a repeated one again, combined, with each process).
 
 The local executor runs each variant's jobs in a worker process of its own (a fresh interpreter with
 the pinned allocator), under a time limit and a memory cap; a hang, crash or runaway allocation
@@ -115,7 +115,8 @@ class Executor(Protocol):
     """What the runner hands jobs to: :class:`LocalExecutor` here, ``RayExecutor`` on a cluster.
 
     ``run`` executes every job and reports, as they happen, each finished check (``on_check``) and
-    each finished job, done or not (``on_job``, with an ``error`` row when the job did not finish).
+    each finished job, done or not (``on_job``: its ``checks`` as (check name, rows) pairs, and a ``failure``
+    row when the job did not finish; :func:`run_in_worker` and :func:`error_job` make both).
     """
 
     def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
@@ -125,7 +126,8 @@ class Executor(Protocol):
 class LocalExecutor:
     """Runs workers one at a time (timings stay clean), in the order the jobs come: each variant's first-process
     jobs in a worker of its own; each further process's repeats of every variant in one fresh worker (a pass),
-    which after a crash or a hang goes on in a new worker without the job that stopped it."""
+    which after a crash or a hang goes on in a new worker without the job that stopped it. A job whose first
+    process crashed or hung is not repeated."""
 
     def __init__(self, options: RunOptions) -> None:
         self.options = options
@@ -136,10 +138,21 @@ class LocalExecutor:
         by_worker: dict[tuple[str, int], list[Job]] = {}
         for job in jobs:
             by_worker.setdefault((job.variant if job.process == 0 else "", job.process), []).append(job)
+        failed: set[tuple[str, str]] = set()  # a first process that crashed or hung: its repeats would too
+
+        def noting(record: dict) -> None:
+            if record.get("failure") and not record.get("process"):
+                failed.add((record["variant"], record["suite"]))
+            on_job(record)
+
         with CtrlC() as ctrl_c, tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-run-") as shared:
             for (variant, _), worker_jobs in by_worker.items():
+                for job in [job for job in worker_jobs if (job.variant, job.suite) in failed]:
+                    on_job({"variant": job.variant, "suite": job.suite, "process": job.process, "status": "done",
+                            "checks": []})  # not repeated: nothing to combine
+                worker_jobs = [job for job in worker_jobs if (job.variant, job.suite) not in failed]
                 while worker_jobs:
-                    worker_jobs = run_in_worker(worker_jobs, self.options, on_check, on_job, ctrl_c,
+                    worker_jobs = run_in_worker(worker_jobs, self.options, on_check, noting, ctrl_c,
                                                 one_at_fault=not variant, shared_dir=shared)
             ctrl_c.check()
 
@@ -368,8 +381,9 @@ def provenance(registry: Registry, variant_name: str) -> dict:
 
 def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], executor: Executor, profile: Profile,
             progress: Callable[[str], None] = lambda line: None) -> None:
-    """Hand ``jobs`` to ``executor`` and record each (variant, suite) in the store once all its processes have
-    finished (:func:`combine_processes`), with their seconds added up."""
+    """Hand ``jobs`` to ``executor`` and record each (variant, suite) in the store as its first process finishes,
+    and again, combined with them (:func:`combine_processes`), as each further one does, their seconds added up:
+    a run stopped between passes keeps every first process's rows (``--resume`` does not repeat those)."""
     checks_in = {(suite, repeat): len([c for c in registry.checks_for(suite) if not repeat or c.combine])
                  for suite in {job.suite for job in jobs} for repeat in (False, True)}
     expected = collections.Counter((job.variant, job.suite) for job in jobs)
@@ -384,20 +398,25 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
         counts[key] = counts.get(key, 0) + 1
         progress(_bar(finished[0] + 1, total, key, counts[key], checks_in[key[1], key[2] > 0]))
 
+    def store_job(job: tuple[str, str]) -> None:
+        records = sorted(held[job], key=lambda item: item[0].get("process", 0))
+        origin = provenance(registry, job[0])
+        if records[0][0].get("ran_on"):
+            origin["ran_on"] = records[0][0]["ran_on"]
+        rows = combine_processes(registry, profile, [record for record, _ in records])
+        done = all(record["status"] == "done" for record, _ in records)
+        store.record_job(run_id, job[0], job[1], "done" if done else ERROR, sum(s for _, s in records), origin, rows)
+
     def on_job(record: dict) -> None:
         key = (record["variant"], record["suite"], record.get("process", 0))
         seconds = time.monotonic() - started.get(key, time.monotonic())
         job = key[:2]
         held.setdefault(job, []).append((record, seconds))
-        if len(held[job]) == expected[job]:  # its last process: recorded before the line that says it finished
-            records = sorted(held.pop(job), key=lambda item: item[0].get("process", 0))
-            origin = provenance(registry, job[0])
-            if records[0][0].get("ran_on"):
-                origin["ran_on"] = records[0][0]["ran_on"]
-            rows = combine_processes(registry, profile, [record for record, _ in records])
-            done = all(record["status"] == "done" for record, _ in records)
-            store.record_job(run_id, job[0], job[1], "done" if done else ERROR, sum(s for _, s in records), origin,
-                             rows)
+        # stored as soon as its first process is in (a run stopped later keeps it), again with each further one,
+        # and always before the line that says it finished
+        store_job(job)
+        if len(held[job]) == expected[job]:
+            del held[job]
         finished[0] += 1
         failure = record.get("failure")
         status = f"  {record['status'].upper()}: {failure['detail']}" if failure else ""

@@ -192,7 +192,7 @@ def test_a_ratio_pairs_the_variant_and_its_comparator_round_by_round():
     from zoo.suites.speed import _timed_rows
 
     drift = [1.0, 2.0, 4.0, 8.0, 16.0]
-    samples = {"mine": [[t / 2 for t in drift]], "torch-sdpa": [drift]}
+    samples = {"mine": {0: [t / 2 for t in drift]}, "torch-sdpa": {0: drift}}
     rows = list(_timed_rows(SimpleNamespace(name="mine"), PROFILE, "full", "fwd", 64, samples, 1e6, 1e12))
     [ratio] = [r for r in rows if (r.check, r.versus) == ("time-ratio", "torch-sdpa")]
     assert ratio.samples == [0.5] * 5 and ratio.value == 0.5 and "IQR 0" in ratio.detail
@@ -212,15 +212,18 @@ def test_the_plan_is_made_once_for_the_timing_and_the_approximation_error(regist
     assert len(made) == 2  # another profile: another plan
 
 
-def _process_rows(registry, name, scale):
-    """One process's speed rows for ``name``, every time (and so every ratio's numerator) scaled by ``scale``."""
+def _measured(registry, name):
+    """One process's speed rows for ``name`` (smoke shapes, two lengths)."""
+    return list(run_speed(registry.variant(name), PROFILE.with_settings("speed", lengths=(64, 128))))
+
+
+def _scaled(rows, scale):
+    """The same rows as another process would give them with the variant's every round ``scale`` times as long:
+    no second timing, so what the test asserts never rests on a clock."""
     import dataclasses
 
-    from zoo.checks import Result
-
-    rows = list(run_speed(registry.variant(name), PROFILE.with_settings("speed", lengths=(64, 128))))
     return [dataclasses.replace(r, samples=[x * scale for x in r.samples]) if r.check == "time" and not r.versus
-            else r for r in rows if isinstance(r, Result)]
+            else r for r in rows]
 
 
 def test_processes_combine_into_pooled_figures_whose_interval_spans_every_process(registry):
@@ -232,7 +235,8 @@ def test_processes_combine_into_pooled_figures_whose_interval_spans_every_proces
     from zoo.suites.speed import combine
 
     variant = registry.variant("dot-product")
-    first, second = _process_rows(registry, "dot-product", 1.0), _process_rows(registry, "dot-product", 1.3)
+    first = _measured(registry, "dot-product")
+    second = _scaled(first, 1.3)
     rows = list(combine(variant, PROFILE, [first, second]))
     own = lambda rows_, check: next(r for r in rows_ if (r.check, r.phase, r.n, r.versus) == (check, "fwd", 64, ""))
     time, one, two = own(rows, "time"), own(first, "time"), own(second, "time")
@@ -246,7 +250,7 @@ def test_processes_combine_into_pooled_figures_whose_interval_spans_every_proces
     assert [r for r in rows if r.check == "sdpa-backend"] == [r for r in first if r.check == "sdpa-backend"]
     [peak] = [r for r in rows if r.check == "matmul-peak"]
     assert peak.samples == [r.value for r in first + second if r.check == "matmul-peak"]
-    assert {r.check for r in rows} >= {"backward-cost", "time-exponent", "time-spread", "flops"}
+    assert {r.check for r in rows} >= {"backward-cost", "time-exponent", "time-spread", "timed-flops"}
 
 
 def test_a_process_that_failed_a_cell_costs_that_process_only_and_its_error_is_kept(registry):
@@ -254,10 +258,29 @@ def test_a_process_that_failed_a_cell_costs_that_process_only_and_its_error_is_k
     from zoo.suites.speed import combine
 
     variant = registry.variant("dot-product")
-    first = _process_rows(registry, "dot-product", 1.0)
+    first = _measured(registry, "dot-product")
     second = [Result("speed", ERROR, detail="RuntimeError: out of memory")]
     rows = list(combine(variant, PROFILE, [first, second]))
     key = lambda r: (r.check, r.phase, r.n, r.versus) == ("time", "fwd", 64, "")
     assert next(filter(key, rows)).samples == next(filter(key, first)).samples
     assert not [r for r in rows if r.check == "time-between"]  # one process: no spread between processes to state
     assert [r.detail for r in rows if r.status == ERROR] == ["RuntimeError: out of memory"]
+
+
+def test_a_peer_one_process_left_out_pairs_only_with_the_processes_that_timed_it(registry):
+    """The ratio to a callable is taken per round within each process that timed both; the variant's own time
+    keeps every process."""
+    import statistics
+
+    from zoo.suites.speed import combine
+
+    variant = registry.variant("dot-product")
+    first = _measured(registry, "dot-product")
+    second, third = _scaled(first, 1.5), _scaled(first, 2.0)
+    second = [r for r in second if r.versus != "torch-sdpa"]  # the comparator was not timed in process 2
+    rows = list(combine(variant, PROFILE, [first, second, third]))
+    pick = lambda rows_, check, versus="": next(r for r in rows_ if (r.check, r.phase, r.n, r.versus) == (check, "fwd", 64, versus))
+    assert pick(rows, "time").samples == sum((pick(p, "time").samples for p in (first, second, third)), [])
+    ratio = pick(rows, "time-ratio", "torch-sdpa")
+    expected = [a / b for p in (first, third) for a, b in zip(pick(p, "time").samples, pick(p, "time", "torch-sdpa").samples)]
+    assert ratio.samples == expected and ratio.value == statistics.median(expected)

@@ -1,7 +1,8 @@
-"""Speed suite: the variant against torch SDPA (and its baselines) on the same shapes, in one process.
+"""Speed suite: the variant against torch SDPA (and its baselines) on the same shapes, in the same process.
 
-Rounds interleave the callables so drift hits all of them alike; medians and interquartile ranges over
-rounds; ratios per round; the thread count fixed for the whole suite.
+Rounds interleave the callables so drift hits all of them alike; ratios per round; the thread count fixed for
+the whole suite; the check is repeated in the run's fresh processes and its figures combined (:func:`combine`,
+:mod:`zoo.timing`): medians over every process's rounds, intervals over their medians.
 """
 
 from __future__ import annotations
@@ -154,11 +155,12 @@ def run_speed(variant, profile):
                 spread = max(map(relative_spread, samples.values()))
                 yield Result("time-spread", MEASURED, setting, spread, "IQR/median",
                              f"largest IQR/median of the cell's callables; re-measured {retries} time(s)", **tag)
-                yield Result("flops", MEASURED, setting, flops, "FLOPs", "counted in one call (FlopCounterMode)", **tag)
+                yield Result("timed-flops", MEASURED, setting, flops, "FLOPs", "counted in one call (FlopCounterMode)",
+                             **tag)
                 fused = sorted(op for op in kernels if "scaled_dot_product" in op)
                 yield Result("sdpa-backend", MEASURED, setting, detail=", ".join(fused) or "no fused attention kernel",
                              **tag)
-                for row in _timed_rows(variant, profile, mode, phase, n, {who: [t] for who, t in samples.items()},
+                for row in _timed_rows(variant, profile, mode, phase, n, {who: {0: t} for who, t in samples.items()},
                                        flops, peak):
                     timed_here.append(row)
                     yield row
@@ -170,22 +172,24 @@ DERIVED = {"time", "time-iqr", "time-ratio", "time-between", "tokens-per-s", "gf
 """The rows the suite derives from the rounds of a cell: :func:`combine` derives them again from every process's."""
 
 
-def _timed_rows(variant, profile, mode, phase, n, per_process: dict[str, list[list[float]]], flops, peak):
-    """A cell's figures from its callables' rounds (one list of rounds per process, in the same order for each
-    callable): times, ratios per round, the spread between processes, and the rates."""
+def _timed_rows(variant, profile, mode, phase, n, per_process: dict[str, dict[int, list[float]]], flops, peak):
+    """A cell's figures from its callables' rounds (callable -> process -> its rounds there): times, ratios per
+    round within each process that timed both, the spread between processes, and the rates."""
     setting, tag = f"{mode} {phase} n={n}", dict(n=n, mode=mode, phase=phase)
-    ours = figure(per_process[variant.name])
+    mine = per_process[variant.name]
+    ours = figure([mine[p] for p in sorted(mine)])
     yield Result("time", MEASURED, setting, ours.value, "s", f"IQR {ours.iqr:.3g} s over {len(ours.samples)} rounds "
                  f"in {ours.processes} process(es)", samples=ours.samples, low=ours.low, high=ours.high, **tag)
     yield Result("time-iqr", MEASURED, setting, ours.iqr, "s", **tag)
     yield from _between(ours, setting, tag, "its time")
     for who, times in per_process.items():
-        if who == variant.name:
+        both = sorted(set(times) & set(mine))  # a callable one process left out (a peer) pairs with the others only
+        if who == variant.name or not both:
             continue
-        other = figure(times)
+        other = figure([times[p] for p in both])
         yield Result("time", MEASURED, setting, other.value, "s", f"IQR {other.iqr:.3g} s", samples=other.samples,
                      versus=who, low=other.low, high=other.high, **tag)
-        ratio = figure([[a / b for a, b in zip(mine, theirs)] for mine, theirs in zip(per_process[variant.name], times)])
+        ratio = figure([[a / b for a, b in zip(mine[p], times[p])] for p in both])
         yield Result("time-ratio", MEASURED, setting, ratio.value, "ratio",
                      f"variant time / {who} time per round; IQR {ratio.iqr:.3g}", samples=ratio.samples, versus=who,
                      low=ratio.low, high=ratio.high, **tag)
@@ -227,17 +231,17 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
     every process's rounds (:func:`zoo.timing.figure`), its within-process noise the largest any process saw, the
     matmul peak the median of theirs; every other row (plans, counts, kernels, peers' first calls, skips) as the
     first process gave it, and an error of a later process kept unless the first met the same one."""
-    rounds: dict[tuple, dict[str, list[list[float]]]] = {}
+    rounds: dict[tuple, dict[str, dict[int, list[float]]]] = {}
     spreads: dict[tuple, float] = {}
     flops: dict[tuple, float] = {}
-    for rows in rows_by_process:
+    for process, rows in enumerate(rows_by_process):
         for row in rows:
             cell = (row.mode, row.phase, row.n)
             if row.check == "time" and row.status == MEASURED and row.samples:
-                rounds.setdefault(cell, {}).setdefault(row.versus or variant.name, []).append(row.samples)
+                rounds.setdefault(cell, {}).setdefault(row.versus or variant.name, {})[process] = row.samples
             elif row.check == "time-spread" and row.value is not None:
                 spreads[cell] = max(spreads.get(cell, 0.0), row.value)
-            elif row.check == "flops" and row.value is not None:
+            elif row.check == "timed-flops" and row.value is not None:
                 flops.setdefault(cell, row.value)
     peaks = [row.value for rows in rows_by_process for row in rows if row.check == "matmul-peak" and row.value]
     kept = []
@@ -259,8 +263,9 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
     for (mode, phase, n), per_process in rounds.items():  # the cells the first process timed (its plan, its net)
         if variant.name not in per_process or (mode, phase, n) not in flops or (mode, phase, n) not in first:
             continue
-        same = min(len(runs) for runs in per_process.values())  # a callable missing in a process: drop that process
-        cell = {who: runs[:same] for who, runs in per_process.items()}
+        first_callables = {r.versus or variant.name for r in rows_by_process[0] if r.check == "time"
+                           and r.status == MEASURED and (r.mode, r.phase, r.n) == (mode, phase, n)}
+        cell = {who: runs for who, runs in per_process.items() if who in first_callables}  # the first's plan, its peers
         timed_here.setdefault(mode, []).extend(
             _timed_rows(variant, profile, mode, phase, n, cell, flops[(mode, phase, n)], peak))
     for mode, rows in timed_here.items():
@@ -452,9 +457,10 @@ def _reproducibility_line(board) -> str:
     return (f"Reproducibility: each cell was timed in {board.settings.get('processes') or 'several'} fresh processes, "
             f"each a separate pass over the run's variants; the spread of their medians ((largest - smallest) / "
             f"median): {described}. A figure's interval [low-high] spans every process's median and at least the "
-            f"rounds' interquartile range; {sum(marked)} of {len(marked)} of these figures have one wider than "
-            f"{threshold:g} of their value and are marked *varies* (a rerun may land elsewhere); ranked variants "
-            "whose intervals overlap share a rank.")
+            f"rounds' interquartile range; " + (f"{sum(marked)} of {len(marked)} of these figures have one wider than "
+                                                 f"{threshold:g} of their value and are marked *varies* (a rerun may "
+                                                 "land elsewhere); " if threshold is not None else "")
+            + "ranked variants whose intervals overlap share a rank.")
 
 
 def rank_intro(board) -> list[str]:
@@ -639,7 +645,7 @@ SUITE_DEFINITION = zoo.Suite(
                     "a process", "IQR/median"),
         zoo.Measure("time-between", "the spread of the processes' medians of the variant's time (with versus: of its "
                     "ratio to that callable), (max - min) / median: how far a rerun may land", "(max-min)/median"),
-        zoo.Measure("flops", "FLOPs of one timed call of the variant, counted", "FLOPs"),
+        zoo.Measure("timed-flops", "FLOPs of one timed call of the variant, counted", "FLOPs"),
         zoo.Measure("time-ratio", "time / the time of the callable named in versus, median of per-round ratios", "ratio"),
         zoo.Measure("tokens-per-s", "tokens processed per second", "tokens/s"),
         zoo.Measure("gflops", "counted FLOPs / time", "GFLOP/s"),
