@@ -21,7 +21,13 @@ def test_a_figure_pools_every_process_and_its_interval_reaches_each_process_medi
 def test_one_process_states_no_spread_between_processes_and_its_interval_is_the_rounds_quartiles():
     result = figure([[1.0, 2.0, 3.0, 4.0, 5.0]])
     assert result.between is None and result.processes == 1
-    assert (result.low, result.high) == (3.0 - result.iqr / 2, 3.0 + result.iqr / 2) and result.iqr == 2.0
+    assert (result.low, result.high) == (2.0, 4.0) and result.iqr == 2.0
+
+
+def test_a_skewed_spread_never_gives_a_negative_end():
+    """A busy machine's rounds: one huge outlier widens the IQR past the median; the interval stays positive."""
+    result = figure([[0.2, 0.21, 0.22, 3.0], [0.25, 0.23, 2.5, 0.24]])
+    assert result.low > 0 and result.low <= min(0.215, 0.245) and result.high >= result.value
 
 
 def test_agreeing_processes_get_an_interval_no_narrower_than_their_rounds_spread():

@@ -10,9 +10,9 @@ machine itself: its matmul rate moves by tens of percent from second to second a
 steal time is reported), and a variant made of many small ops moves with it more than one fused call does;
 pinning the OpenMP threads, their wait policy and address-space randomisation changed none of that. So a run
 measures a timing in several processes, a pass over the variants apart (:attr:`zoo.Check.combine`), and a figure
-(:func:`figure`) is the median of all their rounds, its interval spans every process's median (never narrower
-than the pooled rounds' interquartile range), and its spread between processes is (largest - smallest process
-median) / median.
+(:func:`figure`) is the median of all their rounds, its interval spans every process's median and at least the
+pooled rounds' first to third quartile, and its spread between processes is (largest - smallest process median)
+/ median.
 """
 
 from __future__ import annotations
@@ -117,7 +117,8 @@ class Figure:
 
     value: float  # median of every round of every process
     iqr: float  # interquartile range of those rounds
-    low: float  # the interval: every process's median, and at least value -/+ iqr / 2
+    low: float  # the interval: every process's median, and at least the pooled rounds' quartiles (never past them
+    # into a negative time on a skewed spread)
     high: float
     between: float | None  # (largest - smallest process median) / value; None from a single process
     samples: list[float]  # every round, process after process
@@ -129,7 +130,7 @@ def figure(per_process: list[list[float]]) -> Figure:
     per_process = [rounds_ for rounds_ in per_process if rounds_]
     pooled = [value for rounds_ in per_process for value in rounds_]
     value, iqr = quartiles(pooled)
+    q1, q3 = (statistics.quantiles(pooled, n=4, method="inclusive")[::2] if len(pooled) > 1 else (value, value))
     medians = [statistics.median(rounds_) for rounds_ in per_process]
     between = (max(medians) - min(medians)) / value if len(medians) > 1 and value > 0 else None
-    return Figure(value, iqr, min(*medians, value - iqr / 2), max(*medians, value + iqr / 2), between, pooled,
-                  len(per_process))
+    return Figure(value, iqr, min(*medians, q1), max(*medians, q3), between, pooled, len(per_process))
