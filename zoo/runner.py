@@ -5,7 +5,8 @@ The local executor runs each variant's jobs in a worker process of its own (a fr
 the pinned allocator), under a time limit and a memory cap; a hang, crash or runaway allocation
 becomes an ``error`` row for that variant and the run goes on. A check that gives a ``combine`` (a timing)
 is repeated in further fresh processes, each a pass over every variant after all first processes, and a
-(variant, suite) is stored once all its processes are in (:func:`combine_processes`).
+(variant, suite) is stored when its first process is in and again, combined, with each further one
+(:func:`combine_processes`).
 """
 
 from __future__ import annotations

@@ -26,12 +26,18 @@ from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 from .scaling import timed
 
 
+def _quartile_ends(values: list[float]) -> tuple[float, float, float]:
+    """First quartile, median, third quartile (a single value is all three)."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, median, q3
+
+
 def quartiles(values: list[float]) -> tuple[float, float]:
     """Median and interquartile range (0 for a single value)."""
-    if len(values) < 2:
-        return values[0], 0.0
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return statistics.median(values), q3 - q1
+    q1, median, q3 = _quartile_ends(values)
+    return median, q3 - q1
 
 
 def relative_spread(values: list[float]) -> float:
@@ -129,8 +135,8 @@ def figure(per_process: list[list[float]]) -> Figure:
     """The figure the rounds of several processes give (one list of rounds per process)."""
     per_process = [rounds_ for rounds_ in per_process if rounds_]
     pooled = [value for rounds_ in per_process for value in rounds_]
-    value, iqr = quartiles(pooled)
-    q1, q3 = (statistics.quantiles(pooled, n=4, method="inclusive")[::2] if len(pooled) > 1 else (value, value))
+    q1, value, q3 = _quartile_ends(pooled)
+    iqr = q3 - q1
     medians = [statistics.median(rounds_) for rounds_ in per_process]
     between = (max(medians) - min(medians)) / value if len(medians) > 1 and value > 0 else None
     return Figure(value, iqr, min(*medians, q1), max(*medians, q3), between, pooled, len(per_process))

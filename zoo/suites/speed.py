@@ -375,6 +375,12 @@ def _missing(board, variant: str, mode: str, phase: str, n) -> str:
     return f"no {phase} ratio recorded at n={n}"
 
 
+def _interval(board, variant, phase, n) -> tuple[float | None, float | None]:
+    """The ends of the interval of the variant's ratio to its comparator at (phase, n); None where not stated."""
+    return tuple(board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=_versus(board, variant), field=f)
+                 for f in ("low", "high"))
+
+
 def _ratio_cell(board, variant, phase, n, notes=None) -> tuple[float | None, str]:
     """The ratio to the comparator and its cell: marked noisy, or why it is missing (a footnote in ``notes``)."""
     versus = _versus(board, variant)
@@ -382,7 +388,7 @@ def _ratio_cell(board, variant, phase, n, notes=None) -> tuple[float | None, str
     if ratio is None:
         why = _missing(board, variant, RANK_MODE, phase, n)
         return None, "not timed " + (notes.mark(why) if notes is not None else f"({why})")
-    low, high = (board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=versus, field=f) for f in ("low", "high"))
+    low, high = _interval(board, variant, phase, n)
     interval = f" [{low:.3g}-{high:.3g}]" if low is not None and high is not None else ""
     marks = [word for word, marked in (("noisy", _is_noisy(board, variant, RANK_MODE, phase, n)),
                                        ("varies", _varies(board, variant, RANK_MODE, phase, n, versus))) if marked]
@@ -394,9 +400,8 @@ def rank_figure(board, variant) -> zoo.RankFigure:
     the interval its processes and rounds span (overlapping intervals are tied places)."""
     n = board.settings_of(SUITE).reference_length
     value, text = _ratio_cell(board, variant, RANK_PHASE, n)
-    low, high = (board.value(variant, "time-ratio", RANK_MODE, RANK_PHASE, n, versus=_versus(board, variant), field=f)
-                 for f in ("low", "high"))
-    return zoo.RankFigure(ratio_header(board.kind(variant), RANK_PHASE, n), value, text, low, high)
+    return zoo.RankFigure(ratio_header(board.kind(variant), RANK_PHASE, n), value, text,
+                          *_interval(board, variant, RANK_PHASE, n))
 
 
 def _approximation_missing(board, variant, n) -> str:
