@@ -3,7 +3,7 @@
 from torch import nn
 
 import zoo
-from zoo.functional import masked_sdpa, merge_heads, split_heads
+from zoo.functional import cached_attention, masked_sdpa, merge_heads, split_heads
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -27,6 +27,21 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
 
 
+def decode(module, state, query, key, value, key_mask=None):
+    """The next positions' outputs over the KV cache: keys and values split into heads, cached as they come."""
+    h = module.num_heads
+    out, state = cached_attention(state, split_heads(query, h), split_heads(key, h), split_heads(value, h), key_mask)
+    return merge_heads(out), state
+
+
+def cache_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return 2 * batch * context * d_model * itemsize  # every key and value
+
+
+DECODER = zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
+                      state_bytes=cache_bytes)
+
+
 def flops(batch, q_len, k_len, d_model, num_heads, **options):
     return 4.0 * batch * q_len * k_len * d_model  # Q K^T and P V, 2 FLOPs per multiply-add
 
@@ -43,6 +58,7 @@ def zoo_register_variants(register):
         tags=zoo.Tags(),
         complexity=zoo.Complexity(time=2, memory=1),
         flops=flops,
+        decoder=DECODER,
         targets=(
             zoo.Target("time-ratio", versus="torch-sdpa", at_most=1.05, phase="fwd",
                        note="within 1.05x of torch SDPA at every timed n"),

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import projected_sdpa, torch_mha_baseline
+from zoo.functional import cached_attention, merge_heads, projected_sdpa, split_heads, torch_mha_baseline
 from zoo.reference import projected_softmax
 
 
@@ -43,6 +43,19 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
                              module.out_proj.weight, module.out_proj.bias, module.num_heads, attn_mask, is_causal)
 
 
+def decode(module, state, query, key, value, key_mask=None):
+    """The next positions projected, their keys and values cached per head, attention over the cache, out-projected."""
+    d, w, b, h = module.d_model, module.in_proj_weight, module.in_proj_bias, module.num_heads
+    q, k, v = (F.linear(x, w[i * d:(i + 1) * d], None if b is None else b[i * d:(i + 1) * d])
+               for i, x in enumerate((query, key, value)))
+    out, state = cached_attention(state, split_heads(q, h), split_heads(k, h), split_heads(v, h), key_mask)
+    return module.out_proj(merge_heads(out)), state
+
+
+def cache_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return 2 * batch * context * d_model * itemsize  # every projected key and value
+
+
 def torch_mha(need_weights: bool):
     """A baseline: ``nn.MultiheadAttention`` sharing the same weights."""
     return torch_mha_baseline(need_weights, lambda m: {"embed_dim": m.d_model, "num_heads": m.num_heads,
@@ -68,6 +81,8 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=2, memory=1),
         baselines={"torch-mha": torch_mha(need_weights=False), "torch-mha-weights": torch_mha(need_weights=True)},
         flops=flops,
+        decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
+                            state_bytes=cache_bytes),
         targets=(
             zoo.Target("time-ratio", versus="torch-mha", at_most=1.05, phase="fwd",
                        note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),

@@ -5,6 +5,7 @@ Importing ``zoo`` is cheap (no torch); the API functions load torch and the plug
 
 from .checks import Check, Result, requires
 from .contract import Complexity, Origin, Tags, Target, Variant, ZooError
+from .decoding import Decoder
 from .hookspecs import hookimpl
 from .suite import Measure, RankFigure, Ranking, Section, Suite, Table
 
@@ -15,7 +16,7 @@ _LAZY = {
     "load_registry": "registry", "Registry": "registry", "run": "harness",
 }
 
-__all__ = ["Check", "Complexity", "Measure", "Origin", "RankFigure", "Ranking", "Result", "Section", "Suite", "Table", "Tags",
+__all__ = ["Check", "Complexity", "Decoder", "Measure", "Origin", "RankFigure", "Ranking", "Result", "Section", "Suite", "Table", "Tags",
            "Target", "Variant", "ZooError", "hookimpl", "requires", *_LAZY]
 
 

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from .contract import OptionError, ZooError
+from .decoding import GROWTHS, why_not
 from .export import DATABASE, EXPORT
 
 DEFAULT_OUT = "leaderboard"
@@ -61,6 +62,7 @@ def cmd_show(args) -> int:
     print("  capabilities:")
     for tag, value in v.tags.describe().items():
         print(f"    {tag:<26} {'yes' if value else 'no'}")
+    print(f"  decoding:   {v.decoder.growth + ' state (' + GROWTHS[v.decoder.growth] + ')' if v.decoder else 'no: ' + why_not(v)}")
     print("  options:" + ("" if v.options else " none"))
     for key, default in v.options.items():
         print(f"    {key} = {default!r}")

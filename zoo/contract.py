@@ -184,6 +184,8 @@ class Variant:
     ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
     ``flops(batch, q_len, k_len, d_model, num_heads, **options)``, where given, is the analytic
     forward FLOP count the counted FLOPs are checked against.
+    ``decoder``: how it decodes token by token with a KV cache or a recurrent state (:class:`zoo.Decoder`):
+    checked against the causal forward by the correctness suite, timed by the inference suite.
     ``approximates`` names the function the variant approximates: ``"softmax"`` (:data:`SOFTMAX`) or a
     registered exact attention core's name. None (the default) means the variant is exact for its own
     documented function (e.g. windowed or sigmoid attention), so it is never measured against another.
@@ -208,6 +210,9 @@ class Variant:
     error_sweeps: Mapping[str, tuple] = field(default_factory=dict)
     flops: Callable[..., float] | None = None
     targets: tuple[Target, ...] = ()
+    decoder: Any = None
+    """A :class:`zoo.Decoder` where the variant's causal form can be decoded token by token (None: it cannot,
+    and the capability table says why)."""
     origin: Origin | None = None
     approximated: Variant | None = field(default=None, repr=False, compare=False)
     """Set by the registry when :attr:`approximates` names a registered variant: that variant."""
@@ -257,6 +262,14 @@ class Variant:
             if not isinstance(values, (tuple, list)) or not values:
                 raise RegistrationError(f"variant {self.name!r}: error_sweeps[{option!r}] must be a non-empty tuple "
                                         f"of option values, got {values!r}")
+        if self.decoder is not None:
+            from .decoding import Decoder
+
+            if not isinstance(self.decoder, Decoder):
+                raise RegistrationError(f"variant {self.name!r}: decoder must be a zoo.Decoder or None")
+            if not self.tags.supports_causal and not self.decoder.context:
+                raise RegistrationError(f"variant {self.name!r}: a decoder needs a causal form (tags.supports_causal)")
+            self.decoder.validate(self.name)
         kinds = (("baseline", self.baselines), ("floor", self.floors), ("peer", self.peers))
         for kind, labelled in kinds:
             for label, make in labelled.items():
@@ -275,12 +288,16 @@ class Variant:
 
     def card(self) -> dict[str, Any]:
         """What the leaderboard needs to know about the variant, as plain data stored with each run."""
+        from .decoding import why_not
+
         return {
             "summary": self.summary, "family": self.family, "citation": self.citation, "kind": self.kind,
             "tags": self.tags.describe(), "approximates": self.approximates, "claimed_time": self.complexity.time,
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
             "baselines": list(self.baselines), "floors": list(self.floors), "peers": list(self.peers),
             "targets": [dataclasses.asdict(t) for t in self.targets],
+            "decoding": self.decoder.growth if self.decoder is not None else None,
+            "decoding_absent": why_not(self),
         }
 
     def with_defaults(self, overrides: Mapping[str, Any]) -> "Variant":

@@ -203,3 +203,37 @@ def torch_mha_baseline(need_weights: bool, arguments, state):
         return run
 
     return build
+
+
+def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None = None,
+                     enable_gqa: bool = False, name: str = "") -> tuple[Tensor, dict]:
+    """Softmax attention of new positions over a KV cache, the decode step of every softmax variant.
+
+    ``q``, ``k``, ``v``: (batch, heads, t, d) for the next t positions of the sequence (t = 0 to the whole prompt);
+    their keys and values are appended to the cache in ``state`` (entries ``{name}k``, ``{name}v`` and, once a
+    key is masked, ``{name}key_mask``: a variant with two caches names them apart), and each new query attends to
+    the cached keys up to its own position (the causal forward's alignment). ``key_mask``: (batch, t), False for a
+    padding key. Returns the new positions' outputs (zeros for a query with no key to attend to) and the state.
+    """
+    from .decoding import append
+
+    state = dict(state)
+    before = 0 if f"{name}k" not in state else state[f"{name}k"].shape[-2]
+    state[f"{name}k"], state[f"{name}v"] = append(state.get(f"{name}k"), k, 2), append(state.get(f"{name}v"), v, 2)
+    batch, t, total = q.shape[0], q.shape[-2], before + k.shape[-2]
+    if key_mask is not None or f"{name}key_mask" in state:
+        kept = state.get(f"{name}key_mask", torch.ones(batch, before, dtype=torch.bool, device=k.device))
+        new = torch.ones(batch, t, dtype=torch.bool, device=k.device) if key_mask is None else key_mask
+        state[f"{name}key_mask"] = append(kept, new.to(torch.bool), 1)
+    if t == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1]), state
+    keys, values = state[f"{name}k"], state[f"{name}v"]
+    if f"{name}key_mask" not in state:
+        if t == 1:
+            return F.scaled_dot_product_attention(q, keys, values, enable_gqa=enable_gqa), state
+        if before == 0:
+            return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=enable_gqa), state
+    allowed = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(before)  # query i sees keys <= before + i
+    if f"{name}key_mask" in state:
+        allowed = allowed & state[f"{name}key_mask"][:, None, None, :]
+    return sdpa_zeroing_empty_rows(q, keys, values, allowed, enable_gqa), state

@@ -165,8 +165,18 @@ def _accumulated_text(board: Board) -> str:
 
 def _capabilities(board: Board) -> list[dict]:
     return [{"variant": variant, "approximates": _approximates_text(board, variant),
-             **{label: "yes" if board.card(variant).get("tags", {}).get(tag) else "-" for tag, label in TAG_LABELS.items()}}
+             **{label: "yes" if board.card(variant).get("tags", {}).get(tag) else "-" for tag, label in TAG_LABELS.items()},
+             "decodes": _decoding_text(board.card(variant))}
             for variant in board.variants]
+
+
+def _decoding_text(card: dict) -> str:
+    """How the variant decodes token by token (its state's growth), or why it does not; a run stored before
+    decoding was a capability says nothing."""
+    if card.get("decoding"):
+        return {"token": "yes: a cache per token", "window": "yes: a cache up to its window",
+                "fixed": "yes: a fixed-size state"}.get(card["decoding"], f"yes ({card['decoding']})")
+    return f"- ({card['decoding_absent']})" if card.get("decoding_absent") else "not recorded"
 
 
 def _approximates_text(board: Board, variant: str) -> str:

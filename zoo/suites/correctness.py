@@ -14,7 +14,7 @@ from torch.autograd.gradcheck import GradcheckError
 from torch.func import functional_call
 
 import zoo
-from zoo import approximation
+from zoo import approximation, decoding
 from zoo.cases import Case, cases_for, relative_error
 from zoo.checks import BAD, ERROR, FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
@@ -360,6 +360,148 @@ def check_approximation(variant, profile):
                      + f" ({approximation.describe(errors)})", n=APPROXIMATION_LENGTH, mode=mode)
 
 
+DECODE_LENGTH = 10  # positions a decode runs over on the check's small shapes (check_options: a window below it)
+
+
+def _decode_case(variant, mask: str | None) -> Case:
+    """The decoding checks' case: three sequences (two side by side for a context decoder's context), causal for
+    a self-attention decoder; a cross decoder's context is longer than its queries where the variant allows."""
+    context = variant.decoder.context
+    k_len = DECODE_LENGTH + 3 if context and variant.tags.allows_different_lengths else DECODE_LENGTH
+    return Case(batch=3, q_len=DECODE_LENGTH, k_len=k_len, causal=not context, mask=mask,
+                options=dict(variant.check_options))
+
+
+def _decode_setup(variant, mask, seed):
+    """The module, inputs, key-padding mask (batch, k_len) and the forward the decode must equal."""
+    case = _decode_case(variant, mask)
+    module, (q, k, v, attn_mask) = _setup(variant, case, seed)
+    with torch.no_grad():
+        expected = module(q, k, v, attn_mask=attn_mask, is_causal=case.causal)
+    return case, module, (q, k, v), None if attn_mask is None else attn_mask[:, 0, 0], expected
+
+
+def _not_decoding(check: str, variant) -> Result | None:
+    reason = decoding.why_not(variant)
+    return Result(check, SKIPPED, detail=reason) if reason else None
+
+
+def check_decoding(variant, profile):
+    """A prefill of p positions then one step per position equals the causal forward (a context decoder: the forward
+    over its context), for p in {0, 1, n/2, n - 1}, with and without a key-padding mask, three sequences at once."""
+    skipped = _not_decoding("decoding", variant)
+    if skipped:
+        yield skipped
+        return
+    for mask in [None, "padding"] if variant.tags.accepts_attn_mask else [None]:
+        for seed in _seeds(profile, 11):
+            case, module, (q, k, v), key_mask, expected = _decode_setup(variant, mask, seed)
+            for prefill in sorted({0, 1, DECODE_LENGTH // 2, DECODE_LENGTH - 1}):
+                with torch.no_grad():
+                    decoded, _ = decoding.decode(variant.decoder, module, q, k, v, key_mask, prefill)
+                error = relative_error(decoded, expected) if decoded.shape == expected.shape else float("inf")
+                ok = error <= FLOAT64_TOLERANCE
+                wrong = ((decoded - expected).abs().amax(dim=(0, 2)) > FLOAT64_TOLERANCE * expected.abs().max()
+                         if decoded.shape == expected.shape else None)
+                where = ("" if ok else f"; first wrong position {int(wrong.nonzero()[0])} (0-based; steps start at "
+                         f"{prefill})" if wrong is not None and wrong.any() else f"; output {tuple(decoded.shape)}, "
+                         f"forward {tuple(expected.shape)}" if wrong is None else "")
+                yield Result("decoding", PASSED if ok else FAILED, f"{case.describe()} prefill={prefill}", error,
+                             "rel. error", "" if ok else f"decoded outputs differ from the "
+                             f"{'forward' if variant.decoder.context else 'causal forward'} by {error:.3g} > "
+                             f"{FLOAT64_TOLERANCE:g} at seed {seed}{where}", params={**case.params(), "prefill": prefill})
+
+
+def _growth_problem(growth: str, counted: list[int]) -> str | None:
+    """How the counted state bytes after 0, 1, 2... tokens break the declared growth (None: they keep it)."""
+    steps = [b - a for a, b in zip(counted, counted[1:])]
+    if growth == "fixed" and len(set(counted)) > 1:
+        return f"declared fixed, but the state went {counted[0]} -> {counted[-1]} bytes over the decode"
+    if growth == "token" and (len(set(steps)) > 1 or steps[0] <= 0):
+        return f"declared to grow by one token's worth per step, but the steps added {sorted(set(steps))} bytes"
+    if growth == "window":
+        grows = [step for step in steps if step]
+        if not grows or len(set(grows)) > 1 or grows[0] < 0 or steps[:len(grows)] != grows:
+            return f"declared to grow until its window is full and then stay, but the steps added {steps} bytes"
+        if len(grows) == len(steps):
+            return (f"declared to stop growing at its window, but it grew at every one of the {len(steps)} steps "
+                    "(set check_options to a window below the check's length, 10)")
+    return None
+
+
+def check_decoding_state(variant, profile):
+    """The state's counted bytes, token by token: growing as declared (a cache by one token's worth per step, a
+    fixed state never, a window's cache not past its window) and equal to the declared formula where one is given;
+    the same after a prefill of p tokens as after p steps."""
+    skipped = _not_decoding("decoding-state", variant)
+    if skipped:
+        yield skipped
+        return
+    decoder = variant.decoder
+    for seed in _seeds(profile, 12)[:1]:  # the bytes depend on shapes, not values
+        case, module, (q, k, v), _, _ = _decode_setup(variant, None, seed)
+        counted, after_prefill = [], []
+        with torch.no_grad():
+            decoding.decode(decoder, module, q, k, v, None, 0, lambda state: counted.append(decoding.counted_bytes(state)))
+            decoding.decode(decoder, module, q, k, v, None, DECODE_LENGTH // 2,
+                            lambda state: after_prefill.append(decoding.counted_bytes(state)))
+        setting, params = case.describe(), case.params()
+        problem = _growth_problem(decoder.growth, counted)
+        yield Result("decoding-state", FAILED if problem else PASSED, f"{setting} growth={decoder.growth}",
+                     counted[-1], "bytes", problem or "", params=params)
+        if after_prefill[0] != counted[DECODE_LENGTH // 2]:
+            yield Result("decoding-state", FAILED, f"{setting} prefill={DECODE_LENGTH // 2}", after_prefill[0], "bytes",
+                         f"a prefill of {DECODE_LENGTH // 2} tokens left {after_prefill[0]} bytes, "
+                         f"{DECODE_LENGTH // 2} steps {counted[DECODE_LENGTH // 2]}", params=params)
+        if decoder.state_bytes is not None:
+            options = variant.resolve_options(case.options)
+            declared = [float(decoder.state_bytes(case.batch, context, case.d_model, case.num_heads, itemsize=8,
+                                                  **options)) for context in range(len(counted))]
+            off = [(context, want, got) for context, (want, got) in enumerate(zip(declared, counted)) if want != got]
+            yield Result("decoding-state", FAILED if off else PASSED, f"{setting} state_bytes formula", counted[-1],
+                         "bytes", "" if not off else f"counted {off[0][2]} bytes after {off[0][0]} tokens, the "
+                         f"declared state_bytes gives {off[0][1]:g} ({len(off)} of {len(counted)} contexts differ)",
+                         params=params)
+
+
+def check_decoding_isolation(variant, profile):
+    """Two sequences decoded side by side, their steps interleaved, each equal to its own forward: no state is kept
+    on the module or shared between decodes."""
+    skipped = _not_decoding("decoding-isolation", variant)
+    if skipped:
+        yield skipped
+        return
+    decoder = variant.decoder
+    for seed in _seeds(profile, 13):
+        case, module, inputs, _, expected = _decode_setup(variant, None, seed)
+        prefills = (1, DECODE_LENGTH // 2)
+        sequences = [[x[row:row + 1] for x in inputs] for row in (0, 1)]  # rows 0 and 1, each on its own
+        with torch.no_grad():
+            states, outputs = [], []
+            for (q, k, v), prefill in zip(sequences, prefills):
+                output, state = (decoder.prefill(module, q[:, :prefill], k, v, None) if decoder.context else
+                                 decoder.prefill(module, q[:, :prefill], k[:, :prefill], v[:, :prefill], None))
+                states.append(state)
+                outputs.append([output])
+            for position in range(min(prefills), DECODE_LENGTH):
+                for index, ((q, k, v), prefill) in enumerate(zip(sequences, prefills)):
+                    if position < prefill:
+                        continue
+                    token = slice(position, position + 1)
+                    output, states[index] = (decoder.step(module, states[index], q[:, token], None, None, None)
+                                             if decoder.context else
+                                             decoder.step(module, states[index], q[:, token], k[:, token], v[:, token],
+                                                          None))
+                    outputs[index].append(output)
+        errors = [relative_error(torch.cat(out, dim=1), expected[row:row + 1]) for row, out in enumerate(outputs)]
+        worst = max(errors)
+        ok = worst <= FLOAT64_TOLERANCE
+        yield Result("decoding-isolation", PASSED if ok else FAILED, f"{case.describe()} two decodes interleaved",
+                     worst, "rel. error", "" if ok else f"decoding two sequences side by side, one of them differs "
+                     f"from its own forward by {worst:.3g} > {FLOAT64_TOLERANCE:g} at seed {seed}: the decodes share "
+                     "state", params=case.params())
+
+
 CHECKS = [
     Check("reference-float64", SUITE, "equals its float64 reference to 1e-10 (relative)",
           check_reference(torch.float64, FLOAT64_TOLERANCE)),
@@ -388,6 +530,12 @@ CHECKS = [
           "behind the inputs' back", check_device_placement),
     Check("deterministic", SUITE, "two identical calls give identical outputs", check_deterministic),
     Check("large-magnitude", SUITE, "finite outputs for inputs scaled by 1e4", check_large_magnitude),
+    Check("decoding", SUITE, "a prefill then one step per token equals the causal forward (float64), with and "
+          "without key padding, at every prefill length", check_decoding),
+    Check("decoding-state", SUITE, "the decoder's state grows as declared (per token, up to a window, or fixed) "
+          "and equals its state_bytes formula", check_decoding_state),
+    Check("decoding-isolation", SUITE, "two sequences decoded side by side do not share state",
+          check_decoding_isolation),
     Check("approximation", SUITE, "an approximation beats the trivial answer (each query's mean of the values) "
           "against the function it approximates, on easy structured inputs", check_approximation),
 ]
