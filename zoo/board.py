@@ -236,16 +236,18 @@ class Board:
         return Profile.from_dict(self.settings, self.suites).of(suite)
 
     def value(self, variant: str | None, check: str, mode: str = "", phase: str = "", n=None,
-              rows: pd.DataFrame | None = None, versus: str = "", field: str = "value"):
+              rows: pd.DataFrame | None = None, versus: str = "", field: str = "value", batch=None):
         """The (last) value of ``check`` for ``variant`` at (mode, phase, n), or None; ``versus``: the row about
         (or compared with) that callable instead of the variant's own; ``field``: low or high for the ends of the
-        value's interval."""
+        value's interval; ``batch``: the rows at that batch size (a suite that measures at several)."""
         rows = self.results if rows is None else rows
         rows = rows[(rows.check == check) & (rows["mode"] == mode) & (rows.phase == phase) & (rows.versus == versus)]
         if variant is not None:
             rows = rows[rows.variant == variant]
         if n is not None:
             rows = rows[rows.n == n]
+        if batch is not None:
+            rows = rows[rows.batch == batch]
         rows = rows.dropna(subset=[field])
         return None if rows.empty else float(rows[field].iloc[-1])
 

@@ -44,7 +44,7 @@ class Result:
     the callable it compares with or measures instead of the variant (empty: the variant itself), ``params``
     named values it was measured at beyond ``n``/``mode``/``phase`` (a correctness case's shape, a swept
     option); ``low``/``high`` the interval its value is uncertain over (a timing's, across processes and rounds),
-    which ranks and ``zoo compare`` read. ``setting`` and ``detail`` are for people; nothing reads them back."""
+    which ranks and ``zoo compare`` read; ``batch`` the batch size, where a suite measures at several. ``setting`` and ``detail`` are for people; nothing reads them back."""
 
     check: str
     status: str
@@ -60,6 +60,7 @@ class Result:
     params: dict[str, Any] | None = None  # what else the row was measured at, by name: a case's shape, an option
     low: float | None = None  # the interval ``value`` is uncertain over: where a rerun's figure is expected (timings)
     high: float | None = None
+    batch: int | None = None  # the batch size it was measured at, where a suite measures several (inference)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -134,8 +134,10 @@ _RESULT_KINDS: dict[str, Kind] = {
     "check": _name, "status": _one_of(STATUSES), "setting": _text, "value": _optional_number, "unit": _text,
     "detail": _text, "n": _optional_integer, "mode": _text, "phase": _text, "samples": _optional_json_numbers,
     "versus": _text, "params": _optional_params, "low": _optional_number, "high": _optional_number,
+    "batch": _optional_integer,
 }
-OPTIONAL = {("results", "versus"): "", ("results", "params"): None, ("results", "low"): None, ("results", "high"): None}
+OPTIONAL = {("results", "versus"): "", ("results", "params"): None, ("results", "low"): None, ("results", "high"): None,
+            ("results", "batch"): None}
 """Columns added since exports were first written, with the value a line without them has: a line leaves them out
 at that value, so a run stored before they existed keeps its lines (and its digest) as they were."""
 SCHEMA: dict[str, dict[str, Kind]] = {
@@ -304,7 +306,7 @@ def storable(rows: Iterable[dict], check: str = "") -> list[dict]:
         if problems:
             name = values["check"] if not _kind_problem(_name, values["check"]) else (check or "invalid-row")
             values = {**{name: "" for name in ("setting", "unit", "mode", "phase", "versus")},
-                      **{name: None for name in ("value", "n", "samples", "params", "low", "high")}, "check": name,
+                      **{name: None for name in ("value", "n", "samples", "params", "low", "high", "batch")}, "check": name,
                       "status": ERROR,
                       "detail": "the check yielded a row the store cannot keep: " + "; ".join(problems)[:500]}
         kept.append(values)
@@ -326,10 +328,11 @@ def _normalized(row: dict) -> dict:
                 pass
             if isinstance(values[name], float) and math.isnan(values[name]):
                 values[name] = None
-    if isinstance(values["n"], float) and values["n"].is_integer():
-        values["n"] = int(values["n"])
-    elif values["n"] is not None and not isinstance(values["n"], (bool, int)) and hasattr(values["n"], "__index__"):
-        values["n"] = values["n"].__index__()
+    for name in ("n", "batch"):
+        if isinstance(values[name], float) and values[name].is_integer():
+            values[name] = int(values[name])
+        elif values[name] is not None and not isinstance(values[name], (bool, int)) and hasattr(values[name], "__index__"):
+            values[name] = values[name].__index__()
     samples = values["samples"]
     if samples is not None and not isinstance(samples, str):
         try:

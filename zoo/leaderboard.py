@@ -60,7 +60,7 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
                           origin=results.variant.map(lambda v: origin_text(board.cards[v])),
                           params=results.params.map(lambda p: json.dumps(p, sort_keys=True) if p else None))
     csv = tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
-        ["variant", "suite", "check", "versus", "mode", "phase", "n"], kind="stable").to_csv(index=False)
+        ["variant", "suite", "check", "versus", "mode", "phase", "n", "batch"], kind="stable").to_csv(index=False)
     tables, unranked = ranked_tables(board)
     sections = [_section(board, name) for name in board.suite_order()]
     sections = [section for section in sections if section is not None]
@@ -205,12 +205,17 @@ def _target_rows(board: Board) -> list[dict]:
                           & (results.phase == target.phase)].dropna(subset=["value"])
             if target.n is not None:
                 sel = sel[sel.n == target.n]
+            if target.batch is not None:
+                sel = sel[sel.batch == target.batch]
             if sel.empty:
                 verdict, measured = "not measured in this run", ""
             else:
                 verdict = "met" if all(target.met_by(v) for v in sel.value) else "not met"
-                measured = ", ".join(f"n={int(r.n)}: {r.value:.3g}" for r in sel.itertuples())
-            where = f"n={target.n}" if target.n is not None else "every timed n"
+                measured = ", ".join(f"n={int(r.n)}" + (f" batch {int(r.batch)}" if pd.notna(r.batch)
+                                                         and target.batch is None else "")
+                                     + f": {r.value:.3g}" for r in sel.itertuples())
+            where = (f"n={target.n}" if target.n is not None else "every timed n") + (
+                f", batch {target.batch}" if target.batch is not None else "")
             measure = f"{check} vs {versus}" if versus else check
             rows.append({"variant": variant, "target": target.note, "measure": measure,
                          "where": f"{target.mode} {target.phase}, {where}", "goal": target.bound(),

@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS results (
     versus TEXT NOT NULL DEFAULT '',
     params TEXT,
     low REAL,
-    high REAL
+    high REAL,
+    batch INTEGER
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results (run_id, variant, suite);
 CREATE TABLE IF NOT EXISTS exported (
@@ -75,12 +76,14 @@ CREATE TABLE IF NOT EXISTS exported (
 # differs between the database and the export can be told apart: changed here since, changed there (a
 # git pull), or both (a conflict)
 
-SCHEMA_VERSION = 5
-"""``PRAGMA user_version`` of a store this zoo writes (4: before rows had ``low`` and ``high``; 3: before rows had
+SCHEMA_VERSION = 6
+"""``PRAGMA user_version`` of a store this zoo writes (5: before rows had ``batch``; 4: before rows had ``low`` and
+``high``; 3: before rows had
 ``versus`` and ``params``; 2: before
 ``exported``; 1: before per-round samples were kept; 0: a store written before the version was recorded, read as
 1). An older store gains what it lacks when first opened for writing; a newer one is refused, never converted."""
-ADDED_COLUMNS = {"samples": "TEXT", "versus": "TEXT NOT NULL DEFAULT ''", "params": "TEXT", "low": "REAL", "high": "REAL"}
+ADDED_COLUMNS = {"samples": "TEXT", "versus": "TEXT NOT NULL DEFAULT ''", "params": "TEXT", "low": "REAL", "high": "REAL",
+                 "batch": "INTEGER"}
 """Result columns added since the first stores, as an older store gains them."""
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZOO_TABLES = {"runs", "jobs", "results"}
@@ -325,7 +328,8 @@ class Store:
             present = _columns(db)
             selected = ", ".join(f'"{c}"' if c in present else f"{_absent(c)} AS \"{c}\"" for c in RESULT_COLUMNS)
             frame = pd.read_sql_query(f"SELECT {selected} FROM results WHERE run_id = ?", db, params=(run_id,))
-        frame["n"] = frame["n"].astype("Int64")
+        for column in ("n", "batch"):
+            frame[column] = frame[column].astype("Int64")
         for column in ("samples", "params"):
             frame[column] = frame[column].map(lambda text: json.loads(text) if isinstance(text, str) else None)
         return frame
