@@ -115,7 +115,8 @@ class Target:
 
     Met when every measured value of ``check`` (in ``mode``/``phase``, at ``n`` or at every measured n
     when ``n`` is None; ``versus``: its rows about that callable, e.g. ``Target("time-ratio", 1.05, versus="torch-sdpa")``
-    for the time ratio to torch SDPA) is at most ``at_most`` and at least ``at_least`` (give one or both: a
+    for the time ratio to torch SDPA; ``batch``: its rows at that batch size, where a suite measures several) is at
+    most ``at_most`` and at least ``at_least`` (give one or both: a
     time ratio wants an upper bound, an achieved fraction of the machine's peak a lower one); "not measured"
     when the run has no such row.
     """
@@ -128,6 +129,7 @@ class Target:
     note: str = ""
     at_least: float | None = None
     versus: str = ""
+    batch: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("at_most", "at_least"):

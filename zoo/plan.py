@@ -58,7 +58,7 @@ def _counted(load: Workload) -> Cost:
     return Cost(flops=float(count_flops(call)), bytes=float(peak_memory(call)))
 
 
-def _extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:
+def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:
     """The log-log line through the counted points, at ``n`` (exact at a counted length), its slope at
     least ``floor``: small lengths understate a quadratic cost next to linear projections."""
     for counted_n, value in points:
@@ -81,8 +81,8 @@ def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: It
         for who, load in loads_at(n).items():
             counted.setdefault(who, []).append((n, _counted(load)))
     return {
-        who: {n: Cost(_extrapolate(n, [(m, c.flops) for m, c in points], claims.get(who, (0, 0))[0]),
-                      _extrapolate(n, [(m, c.bytes) for m, c in points], claims.get(who, (0, 0))[1])) for n in lengths}
+        who: {n: Cost(extrapolate(n, [(m, c.flops) for m, c in points], claims.get(who, (0, 0))[0]),
+                      extrapolate(n, [(m, c.bytes) for m, c in points], claims.get(who, (0, 0))[1])) for n in lengths}
         for who, points in counted.items()
     }
 

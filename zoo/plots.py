@@ -31,7 +31,7 @@ def pyplot():
 
 
 def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: str | None = None,
-            reference_label: str = "") -> tuple[str, bytes] | None:
+            reference_label: str = "", xlabel: str = "sequence length n") -> tuple[str, bytes] | None:
     """Each variant's own ``check`` values over n, one line per variant (``rows`` already chosen: one suite, mode
     and phase), and the median over n of the rows of ``check`` about the callable ``reference`` (their ``versus``)
     as a dashed black line labelled ``reference_label``; None without values."""
@@ -54,7 +54,7 @@ def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: s
         ends.append((float(ref.index[-1]), float(ref.values[-1]), reference_label, "black"))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length n")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
     label_line_ends(ax, ends)

@@ -1,0 +1,123 @@
+"""The inference suite: counted states, times per token against the standard KV-cache decode (no timing asserts)."""
+
+import torch
+import torch.nn.functional as F
+
+from zoo.checks import MEASURED, SKIPPED
+from zoo.profiles import get_profile
+from zoo.suites.inference import MHA_CACHE, SDPA_CACHE, StandardDecode, combine, run_inference
+
+PROFILE = get_profile("smoke")
+SETTINGS = PROFILE.of("inference")
+
+
+def rows_of(registry, name, profile=PROFILE):
+    return list(run_inference(registry.variant(name), profile))
+
+
+def test_every_cell_states_its_counted_state_its_prefill_and_its_time_per_token_against_the_standard_decode(registry):
+    rows = rows_of(registry, "dot-product")
+    cells = {(b, n) for b in SETTINGS.batches for n in SETTINGS.contexts}
+    for check, versus in [("state-bytes", ""), ("state-bytes", SDPA_CACHE), ("decode-time", ""),
+                          ("decode-time", SDPA_CACHE), ("decode-ratio", SDPA_CACHE), ("read-fraction", ""),
+                          ("prefill-time", ""), ("decode-tokens-per-s", "")]:
+        measured = {(r.batch, r.n) for r in rows if r.check == check and r.versus == versus and r.status == MEASURED}
+        assert measured >= cells, (check, versus, measured)
+    state = {(r.batch, r.n): r.value for r in rows if r.check == "state-bytes" and not r.versus}
+    for (batch, n), value in state.items():  # keys and values of every token, float32
+        assert value == 2 * batch * n * SETTINGS.d_model * 4
+    times = [r for r in rows if r.check == "decode-time" and not r.versus]
+    assert all(len(r.samples) == SETTINGS.steps and r.low <= r.value <= r.high for r in times)
+    ratio = next(r for r in rows if r.check == "decode-ratio")
+    mine = next(r for r in times if (r.batch, r.n) == (ratio.batch, ratio.n))
+    theirs = next(r for r in rows if r.check == "decode-time" and r.versus == SDPA_CACHE
+                  and (r.batch, r.n) == (ratio.batch, ratio.n))
+    assert ratio.samples == [a / b for a, b in zip(mine.samples, theirs.samples)]  # paired turn by turn
+    bandwidth = next(r for r in rows if r.check == "read-bandwidth")
+    fraction = next(r for r in rows if r.check == "read-fraction" and not r.versus and (r.batch, r.n) == (mine.batch, mine.n))
+    step_bytes = next(r for r in rows if r.check == "step-bytes" and not r.versus and (r.batch, r.n) == (mine.batch, mine.n))
+    assert abs(fraction.value - step_bytes.value / mine.value / (bandwidth.value * 1e9)) < 1e-9 * fraction.value
+
+
+def test_a_layer_is_compared_with_the_projections_of_nn_multihead_attention_and_counts_its_weights(registry):
+    rows = rows_of(registry, "multi-head", PROFILE.with_settings("inference", batches=(1,), contexts=(64,)))
+    assert {r.versus for r in rows if r.check == "decode-ratio"} == {MHA_CACHE}
+    [mine] = [r for r in rows if r.check == "step-bytes" and not r.versus]
+    [state] = [r for r in rows if r.check == "state-bytes" and not r.versus and r.n == 64]
+    d = SETTINGS.d_model
+    assert mine.value == state.value + (4 * d * d + 4 * d) * 4  # in- and out-projections with their biases
+
+
+def test_the_standard_decode_computes_the_causal_attention_it_is_compared_as():
+    torch.manual_seed(0)
+    batch, n, d, heads, prompt = 2, 12, 16, 2, 5
+    q, k, v = (torch.randn(batch, n, d, dtype=torch.float64) for _ in range(3))
+    for layer in (False, True):
+        standard = StandardDecode(layer, batch, d, heads, n, "cpu", torch.float64)
+        outputs = [standard.prefill(q[:, :prompt], k[:, :prompt], v[:, :prompt], context=False)]
+        outputs += [standard.step(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], context=False) for i in range(prompt, n)]
+        if layer:
+            expected = standard.mha(q, k, v, attn_mask=torch.ones(n, n, dtype=torch.bool).triu(1), need_weights=False)[0]
+        else:
+            split = [x.view(batch, n, heads, -1).transpose(1, 2) for x in (q, k, v)]
+            expected = F.scaled_dot_product_attention(*split, is_causal=True).transpose(1, 2).reshape(batch, n, d)
+        assert torch.allclose(torch.cat(outputs, 1), expected, atol=1e-12)
+        assert standard.state_bytes() == 2 * batch * n * d * 8
+
+
+def test_a_variant_that_does_not_decode_says_why_and_keeps_the_bandwidth_row(registry):
+    rows = rows_of(registry, "linformer")
+    skipped = [r for r in rows if r.status == SKIPPED]
+    assert len(skipped) == 1 and "no causal form" in skipped[0].detail
+    assert any(r.check == "read-bandwidth" and r.value > 0 for r in rows)
+
+
+def test_the_plan_leaves_a_cell_out_by_its_predicted_prefill_before_timing_anything(registry):
+    profile = PROFILE.with_settings("inference", max_prefill_gflop=1e-9)
+    rows = rows_of(registry, "dot-product", profile)
+    skipped = [r for r in rows if r.check == "decode-time" and r.status == SKIPPED]
+    assert len(skipped) == len(SETTINGS.batches) * len(SETTINGS.contexts)
+    assert all("predicted prefill" in r.detail and r.batch is not None for r in skipped)
+    assert not [r for r in rows if r.check == "decode-time" and r.status == MEASURED]
+
+
+def test_the_state_at_long_contexts_comes_from_the_checked_formula_and_says_so(registry):
+    rows = rows_of(registry, "multi-query")
+    formula = [r for r in rows if r.check == "state-bytes" and (r.params or {}).get("source") == "formula"]
+    assert {r.n for r in formula} == set(SETTINGS.state_contexts) - set(SETTINGS.contexts)
+    heads = registry.variant("multi-query")
+    for row in formula:  # one key head and one value head per token: 1/heads of multi-head's cache
+        assert row.value == 2 * row.batch * row.n * (SETTINGS.d_model // SETTINGS.heads) * 4, heads
+
+
+def test_processes_combine_into_pooled_times_and_one_state_per_cell(registry):
+    variant = registry.variant("linear")
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
+    first, second = list(run_inference(variant, profile)), list(run_inference(variant, profile))
+    rows = combine(variant, profile, [first, second])
+    times = [r for r in rows if r.check == "decode-time" and not r.versus]
+    assert {r.n for r in times} == {64, 128} and all(len(r.samples) == 2 * SETTINGS.steps for r in times)
+    assert all(r.low <= r.value <= r.high for r in times)
+    assert len([r for r in rows if r.check == "state-bytes" and not r.versus and not r.params]) == 2
+    assert len([r for r in rows if r.check == "decode-growth"]) == 1
+    between = [r for r in rows if r.check == "decode-between"]
+    assert between and all(r.value >= 0 for r in between)
+
+
+def test_the_board_shows_state_and_time_per_token_and_why_a_variant_does_not_decode(registry, tmp_path):
+    from zoo import leaderboard
+    from zoo.store import Store
+
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
+    store = Store(tmp_path / "results.sqlite")
+    run_id = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    for name in ("dot-product", "linear", "linformer"):
+        variant = registry.variant(name)
+        store.record_job(run_id, name, "inference", "done", 1.0, {"card": variant.card()},
+                         [r.as_dict() for r in run_inference(variant, profile)])
+    leaderboard.render(store, run_id, tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    section = text[text.index("## Inference"):]
+    assert "State each sequence keeps" in section and "Time per generated token" in section
+    assert "fixed: " in section and "per token" in section and "no causal form" in section
+    assert (tmp_path / "decode-time-batch1.png").stat().st_size > 0

@@ -1,0 +1,548 @@
+"""Inference suite: what generating a token costs, at several context lengths and batch sizes.
+
+For every variant that decodes (:class:`zoo.Decoder`) a prompt of each context length is prefilled once, then
+generated tokens are stepped one at a time, each step timed, taking turns with the decode a user would write
+for the same shapes (torch SDPA over a preallocated KV cache; for a layer with nn.MultiheadAttention's
+projections) so the machine's drift falls on both alike. Beside the time per token stand the state the sequence
+keeps (counted, tensor by tensor) and how close the step comes to this machine's memory read bandwidth,
+measured in the same process: decoding reads the whole state and the weights once per token, so that is its
+physical limit. Which cells are timed is fixed before timing (predicted prefill FLOPs and state bytes against
+the profile's caps). The check is repeated in the run's fresh processes and its figures combined
+(:mod:`zoo.timing`), as the speed suite's are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.utils.benchmark import Timer
+from torch.utils.benchmark.utils.timer import timer as synchronized_clock
+
+import zoo
+from zoo import decoding
+from zoo import plots as plots_
+from zoo.board import Footnotes, fmt_g, fmt_x
+from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
+from zoo.measure import count_flops
+from zoo.plan import extrapolate
+from zoo.timing import figure
+
+SUITE = "inference"
+SDPA_CACHE, MHA_CACHE = "sdpa-kv-cache", "mha-kv-cache"
+STANDARD = {"core": SDPA_CACHE, "layer": MHA_CACHE}
+"""The decode each kind of variant is compared with: what a user would write for the same shapes."""
+STANDARD_LABELS = {SDPA_CACHE: "torch SDPA over a preallocated KV cache",
+                   MHA_CACHE: "nn.MultiheadAttention's projections and torch SDPA over a preallocated KV cache"}
+DECODE, PREFILL = "decode", "prefill"  # the rows' phase: a generated token's step, or the prompt's prefill
+
+
+def mode_of(variant) -> str:
+    """A self-attention decoder continues a causal sequence; a context decoder attends to a whole fixed context."""
+    return "full" if variant.decoder.context else "causal"
+
+
+@functools.lru_cache(maxsize=None)
+def read_bandwidth(threads: int, device: str = "cpu", mib: int = 256) -> float:
+    """This machine's memory read rate in bytes/s, measured now: a sum over a float32 buffer of ``mib`` MiB, larger
+    than any cache level, so every byte comes from memory (the ceiling a decode step, which reads its whole state
+    and the weights once, can approach)."""
+    buffer = torch.ones(mib * 2 ** 20 // 4, device=device)
+    seconds = Timer("buffer.sum()", globals={"buffer": buffer}, num_threads=threads).blocked_autorange(
+        min_run_time=0.3).median
+    return buffer.numel() * 4 / seconds
+
+
+class StandardDecode:
+    """The decode a user would write: keys and values written into a cache preallocated for the whole generation,
+    torch SDPA of the new query over the filled part; for a layer, nn.MultiheadAttention's in- and
+    out-projections around it (its own weights, made from the same seed). A context decode (cross-attention)
+    projects its context once and never grows."""
+
+    def __init__(self, layer: bool, batch: int, d_model: int, heads: int, capacity: int, device, dtype):
+        self.heads, self.d_model = heads, d_model
+        self.mha = (torch.nn.MultiheadAttention(d_model, heads, batch_first=True).to(device, dtype) if layer
+                    else None)
+        shape = (batch, heads, capacity, d_model // heads)
+        self.keys, self.values = (torch.empty(shape, device=device, dtype=dtype) for _ in range(2))
+        self.length = 0
+
+    def _project(self, x, index):
+        if self.mha is None:
+            return x
+        d = self.d_model
+        return F.linear(x, self.mha.in_proj_weight[index * d:(index + 1) * d], self.mha.in_proj_bias[index * d:(index + 1) * d])
+
+    def _heads(self, x):
+        return x.view(x.shape[0], x.shape[1], self.heads, -1).transpose(1, 2)
+
+    def _out(self, out):
+        out = out.transpose(1, 2).reshape(out.shape[0], -1, self.d_model)
+        return out if self.mha is None else self.mha.out_proj(out)
+
+    def prefill(self, query, key, value, context: bool):
+        """The prompt (or the context) into the cache, and its causal (or full) attention."""
+        t = key.shape[1]
+        self.keys[:, :, :t] = self._heads(self._project(key, 1))
+        self.values[:, :, :t] = self._heads(self._project(value, 2))
+        self.length = t
+        q = self._heads(self._project(query, 0))
+        k, v = self.keys[:, :, :t], self.values[:, :, :t]
+        if q.shape[2] == 0:  # a context's prefill has no query yet
+            return query
+        return self._out(F.scaled_dot_product_attention(q, k, v, is_causal=not context))
+
+    def step(self, query, key, value, context: bool):
+        """One token: its key and value written at the next slot (not for a context), its query over the cache."""
+        if not context:
+            self.keys[:, :, self.length] = self._heads(self._project(key, 1))[:, :, 0]
+            self.values[:, :, self.length] = self._heads(self._project(value, 2))[:, :, 0]
+            self.length += 1
+        q = self._heads(self._project(query, 0))
+        return self._out(F.scaled_dot_product_attention(q, self.keys[:, :, :self.length],
+                                                        self.values[:, :, :self.length]))
+
+    def state_bytes(self) -> int:
+        """The filled part of the cache."""
+        return 2 * self.keys[:, :, :self.length].numel() * self.keys.element_size()
+
+    def weight_bytes(self) -> int:
+        return 0 if self.mha is None else sum(p.numel() * p.element_size() for p in self.mha.parameters())
+
+
+def _weight_bytes(module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def prefill_gflop(variant, batch: int, context: int, d_model: int, heads: int) -> float:
+    """The predicted FLOPs of a prefill, in GFLOP: the plugin's analytic count of the forward over the context
+    (queries against every key: an upper bound for a causal prefill), else the causal forward's counted FLOPs at
+    two small lengths, extrapolated at least as steeply as the claimed time exponent. No clock decides."""
+    options = dict(variant.options)
+    if variant.flops is not None:
+        return float(variant.flops(batch, context, context, d_model, heads, **options)) / 1e9
+    points = []
+    for n in (64, 128):
+        torch.manual_seed(0)
+        module = zoo.build(variant, d_model=d_model, num_heads=heads)
+        x = torch.randn(1, n, d_model)
+        with torch.no_grad():
+            points.append((n, float(count_flops(lambda: module(x, x, x, is_causal=not variant.decoder.context)))))
+    return batch * extrapolate(context, points, variant.complexity.time) / 1e9
+
+
+def planned_out(variant, settings, batch: int, context: int) -> str | None:
+    """Why a cell is not timed (None: it is): its prefill or its state over the profile's caps."""
+    gflop = prefill_gflop(variant, batch, context, settings.d_model, settings.heads)
+    if gflop > settings.max_prefill_gflop:
+        return f"predicted prefill of {gflop:.3g} GFLOP, over the profile's cap of {settings.max_prefill_gflop:g}"
+    formula = variant.decoder.state_bytes
+    if formula is not None:
+        state = float(formula(batch, context, settings.d_model, settings.heads, itemsize=4, **dict(variant.options)))
+        if state > settings.max_state_gib * 2 ** 30:
+            return f"predicted state of {state / 2 ** 30:.3g} GiB, over the profile's cap of {settings.max_state_gib:g} GiB"
+    return None
+
+
+def _cell(variant, settings, profile, batch: int, context: int):
+    """Prefill both decodes, then their steps in turns; the raw figures of one (batch, context) cell."""
+    dtype, device, decoder = getattr(torch, profile.dtype), profile.device, variant.decoder
+    generator = torch.Generator().manual_seed(profile.seed)
+
+    def randn(length):
+        return torch.randn(batch, length, settings.d_model, generator=generator).to(device, dtype)
+
+    torch.manual_seed(profile.seed)
+    module = zoo.build(variant, d_model=settings.d_model, num_heads=settings.heads).to(device, dtype).eval()
+    torch.manual_seed(profile.seed)
+    steps = settings.warmup_steps + settings.steps
+    standard = StandardDecode(variant.tags.has_parameters, batch, settings.d_model, settings.heads,
+                              context + (0 if decoder.context else steps), device, dtype)
+    prompt = [randn(context) for _ in range(3)]  # query, key, value (a context decoder: its context's keys/values)
+    tokens = [[randn(1) for _ in range(3)] for _ in range(steps)]
+    first = prompt[0][:, :0] if decoder.context else prompt[0]
+    with torch.no_grad():
+        started = synchronized_clock()
+        _, state = decoder.prefill(module, first, prompt[1], prompt[2], None)
+        prefill_seconds = synchronized_clock() - started
+        started = synchronized_clock()
+        standard.prefill(first, prompt[1], prompt[2], decoder.context)
+        standard_prefill = synchronized_clock() - started
+        state_bytes, allocated = decoding.counted_bytes(state), decoding.allocated_bytes(state)
+        standard_bytes = standard.state_bytes()
+        holder = [state]
+
+        def mine(token):
+            q, k, v = token
+            _, holder[0] = (decoder.step(module, holder[0], q, None, None, None) if decoder.context else
+                            decoder.step(module, holder[0], q, k, v, None))
+
+        def theirs(token):
+            standard.step(*token, decoder.context)
+
+        samples = {variant.name: [], STANDARD[variant.kind]: []}
+        calls = {variant.name: mine, STANDARD[variant.kind]: theirs}
+        for index, token in enumerate(tokens):
+            order = list(calls) if index % 2 == 0 else list(calls)[::-1]  # ABBA: what one leaves falls on both
+            for who in order:
+                started = synchronized_clock()
+                calls[who](token)
+                if index >= settings.warmup_steps:
+                    samples[who].append(synchronized_clock() - started)
+    return dict(samples=samples, prefill={variant.name: prefill_seconds, STANDARD[variant.kind]: standard_prefill},
+                state={variant.name: state_bytes, STANDARD[variant.kind]: standard_bytes}, allocated=allocated,
+                weights={variant.name: _weight_bytes(module), STANDARD[variant.kind]: standard.weight_bytes()})
+
+
+def run_inference(variant, profile):
+    """The inference check: every planned (batch, context) cell, its state, prefill and time per generated token."""
+    settings = profile.of(SUITE)
+    torch.set_num_threads(profile.threads)
+    bandwidth = read_bandwidth(profile.threads, profile.device, settings.bandwidth_mib)
+    yield Result("read-bandwidth", MEASURED, f"sum over a {settings.bandwidth_mib} MiB float32 buffer, "
+                 f"{profile.threads} threads", bandwidth / 1e9, "GB/s")
+    reason = decoding.why_not(variant)
+    if reason:
+        yield Result("decode-time", SKIPPED, detail=reason)
+        return
+    mode = mode_of(variant)
+    for batch in settings.batches:
+        timed_here = []
+        for context in settings.contexts:
+            tag = dict(n=context, mode=mode, phase=DECODE, batch=batch)
+            setting = f"batch={batch} context={context}"
+            why = planned_out(variant, settings, batch, context)
+            if why:
+                yield Result("decode-time", SKIPPED, setting, detail=f"not timed: {why}", **tag)
+                continue
+            try:
+                cell = _cell(variant, settings, profile, batch, context)
+            except Exception as exc:  # one cell failing (out of memory, say) costs that cell
+                yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
+                continue
+            yield from _state_rows(variant, setting, tag, cell)
+            for who, seconds in cell["prefill"].items():
+                yield Result("prefill-time", MEASURED, setting, seconds, "s", f"one prefill of {context} tokens "
+                             "(its first call)", versus="" if who == variant.name else who,
+                             **{**tag, "phase": PREFILL})
+            rows = list(_timed_rows(variant, setting, tag, {who: {0: s} for who, s in cell["samples"].items()},
+                                    cell["state"], cell["weights"], [bandwidth]))
+            timed_here += rows
+            yield from rows
+        yield from _growth_rows(variant, batch, mode, timed_here)
+    yield from _formula_rows(variant, settings, mode)
+
+
+def _state_rows(variant, setting, tag, cell):
+    """The state the prompt left, counted, beside the standard cache's."""
+    mine, theirs = cell["state"][variant.name], cell["state"][STANDARD[variant.kind]]
+    yield Result("state-bytes", MEASURED, setting, mine, "bytes", f"counted after the prefill: every tensor of the "
+                 f"state at its live size ({cell['allocated']} bytes of storage behind it)", **tag)
+    yield Result("state-bytes", MEASURED, setting, theirs, "bytes", "the filled part of its KV cache",
+                 versus=STANDARD[variant.kind], **tag)
+    yield Result("state-ratio", MEASURED, setting, mine / theirs if theirs else None, "ratio",
+                 "the variant's state / the standard KV cache's", versus=STANDARD[variant.kind], **tag)
+
+
+DERIVED = {"decode-time", "decode-ratio", "decode-between", "step-bytes", "read-fraction", "decode-tokens-per-s",
+           "decode-growth"}
+"""Rows derived from a cell's timed steps: :func:`combine` derives them again from every process's."""
+
+
+def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[float]]], state, weights, bandwidths):
+    """A cell's figures from the per-step times (callable -> process -> its steps there): times, ratios per pair of
+    turns, the spread between processes, the bytes a step reads and their rate against the read bandwidth."""
+    bandwidth = statistics.median(bandwidths)
+    standard = STANDARD[variant.kind]
+    for who in (variant.name, standard):
+        times = per_process[who]
+        versus = "" if who == variant.name else who
+        timed = figure([times[p] for p in sorted(times)])
+        read = state[who] + weights[who]
+        yield Result("decode-time", MEASURED, setting, timed.value, "s", f"per generated token: median of "
+                     f"{len(timed.samples)} steps in {timed.processes} process(es); IQR {timed.iqr:.3g} s",
+                     samples=timed.samples, low=timed.low, high=timed.high, versus=versus, **tag)
+        if timed.between is not None:
+            yield Result("decode-between", MEASURED, setting, timed.between, "(max-min)/median",
+                         f"spread of {timed.processes} processes' medians", versus=versus, **tag)
+        yield Result("step-bytes", MEASURED, setting, read, "bytes", "what a step must read: its state and weights",
+                     versus=versus, **tag)
+        yield Result("read-fraction", MEASURED, setting, read / timed.value / bandwidth, "fraction",
+                     f"step bytes / time per token / read bandwidth ({bandwidth / 1e9:.3g} GB/s)", versus=versus, **tag)
+        yield Result("decode-tokens-per-s", MEASURED, setting, tag["batch"] * len(timed.samples) / sum(timed.samples),
+                     "tokens/s", "generated tokens (every sequence of the batch) over the timed steps' total time",
+                     versus=versus, **tag)
+    mine, theirs = per_process[variant.name], per_process[standard]
+    both = sorted(set(mine) & set(theirs))
+    ratio = figure([[a / b for a, b in zip(mine[p], theirs[p])] for p in both])
+    yield Result("decode-ratio", MEASURED, setting, ratio.value, "ratio", f"time per token / {standard}'s, median of "
+                 f"per-turn ratios; IQR {ratio.iqr:.3g}", samples=ratio.samples, low=ratio.low, high=ratio.high,
+                 versus=standard, **tag)
+
+
+def _growth_rows(variant, batch, mode, rows):
+    """How much the time per token grows from the shortest to the longest timed context, at one batch size."""
+    times = {row.n: row.value for row in rows if row.check == "decode-time" and not row.versus}
+    if len(times) > 1:
+        shortest, longest = min(times), max(times)
+        yield Result("decode-growth", MEASURED, f"batch={batch} context {shortest} to {longest}",
+                     times[longest] / times[shortest], "ratio", f"time per token at context {longest} / at {shortest}",
+                     n=longest, mode=mode, phase=DECODE, batch=batch)
+
+
+def _formula_rows(variant, settings, mode):
+    """The state at the long contexts the board states, from the plugin's state_bytes formula (which the
+    correctness suite checks against the counted bytes token by token), where no cell counted it."""
+    formula = variant.decoder.state_bytes
+    if formula is None:
+        return
+    for context in settings.state_contexts:
+        if context in settings.contexts:
+            continue
+        for batch in settings.batches:
+            value = float(formula(batch, context, settings.d_model, settings.heads, itemsize=4, **dict(variant.options)))
+            yield Result("state-bytes", MEASURED, f"batch={batch} context={context}", value, "bytes",
+                         "from the plugin's state_bytes formula (checked against counted bytes by the correctness "
+                         "suite)", n=context, mode=mode, phase=DECODE, batch=batch, params={"source": "formula"})
+
+
+def combine(variant, profile, rows_by_process: list[list[Result]]):
+    """The inference check's rows from several processes' (``Check.combine``): each cell's time per token and ratio
+    derived again from every process's steps, the read bandwidth the median of theirs; every other row (states,
+    prefills, plans) as the first process gave it, and an error of a later process kept unless the first met it."""
+    steps: dict[tuple, dict[str, dict[int, list[float]]]] = {}
+    for process, rows in enumerate(rows_by_process):
+        for row in rows:
+            if row.check == "decode-time" and row.status == MEASURED and row.samples:
+                steps.setdefault((row.batch, row.n), {}).setdefault(row.versus or variant.name, {})[process] = row.samples
+    bandwidths = [row.value * 1e9 for rows in rows_by_process for row in rows if row.check == "read-bandwidth"
+                  and row.value]
+    first = rows_by_process[0]
+    kept = []
+    for row in first:
+        if row.check == "read-bandwidth" and bandwidths:
+            row = dataclasses.replace(row, value=statistics.median(bandwidths) / 1e9, samples=[b / 1e9 for b in bandwidths],
+                                      detail=f"median of {len(bandwidths)} processes' measurements (samples: each's)")
+        if row.check not in DERIVED or row.status != MEASURED:
+            kept.append(row)
+    seen = {(row.check, row.setting, row.detail) for row in kept if row.status == ERROR}
+    kept += [row for rows in rows_by_process[1:] for row in rows
+             if row.status == ERROR and (row.check, row.setting, row.detail) not in seen]
+    state = {(row.batch, row.n, row.versus or variant.name): row.value for row in first
+             if row.check == "state-bytes" and row.status == MEASURED and not (row.params or {}).get("source")}
+    weights = {(row.batch, row.n, row.versus or variant.name): row.value - state.get((row.batch, row.n,
+                                                                                       row.versus or variant.name), 0)
+               for row in first if row.check == "step-bytes" and row.status == MEASURED}
+    timed: dict[int, list[Result]] = {}
+    for (batch, context), per_process in steps.items():
+        if 0 not in per_process.get(variant.name, {}):  # the cells the first process timed
+            continue
+        setting, tag = f"batch={batch} context={context}", dict(n=context, mode=mode_of(variant), phase=DECODE,
+                                                                 batch=batch)
+        who = list(per_process)
+        timed.setdefault(batch, []).extend(_timed_rows(
+            variant, setting, tag, per_process, {w: state[(batch, context, w)] for w in who},
+            {w: weights[(batch, context, w)] for w in who}, bandwidths or [float("nan")]))
+    for batch, rows in timed.items():
+        kept += rows + list(_growth_rows(variant, batch, mode_of(variant), rows))
+    return kept
+
+
+# --- on the board ---------------------------------------------------------------------------------------
+
+
+def _fmt_bytes(value) -> str:
+    if value is None or value != value:
+        return "-"
+    for unit, size in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _fmt_token(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3g} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.3g} µs"
+
+
+def _varies(board, variant, check, n, batch, versus="") -> bool:
+    value, low, high = (board.value(variant, check, mode_of_card(board, variant), DECODE, n, versus=versus, field=f,
+                                    batch=batch) for f in ("value", "low", "high"))
+    threshold = getattr(board.settings_of(SUITE), "interval_threshold", None)
+    return None not in (value, low, high, threshold) and value > 0 and (high - low) / value > threshold
+
+
+def mode_of_card(board, variant) -> str:
+    rows = board.rows(SUITE)
+    modes = rows[(rows.variant == variant) & (rows.phase == DECODE)]["mode"].dropna()
+    return modes.iloc[0] if not modes.empty else "causal"
+
+
+def _contexts(board) -> list[int]:
+    rows = board.rows(SUITE)
+    return sorted(int(n) for n in rows[rows.check == "decode-time"].n.dropna().unique())
+
+
+def _batches(board) -> list[int]:
+    rows = board.rows(SUITE)
+    return sorted(int(b) for b in rows[rows.check == "decode-time"].batch.dropna().unique())
+
+
+def _why_not_timed(board, variant, n, batch) -> str:
+    rows = board.rows(SUITE)
+    here = rows[(rows.variant == variant) & (rows.check == "decode-time") & rows.status.isin([SKIPPED, ERROR])]
+    cell = here[(here.n == n) & (here.batch == batch)]
+    if not cell.empty:
+        return cell.detail.iloc[0]
+    whole = here[here.n.isna()]
+    return whole.detail.iloc[0] if not whole.empty else f"context {n}, batch {batch} is not among this run's cells"
+
+
+def _per_token_text(board, variant, growth, batch) -> str:
+    """The state's bytes per token of context (two counted contexts apart), or its fixed size."""
+    rows = board.rows(SUITE)
+    mine = rows[(rows.variant == variant) & (rows.check == "state-bytes") & (rows.versus == "")
+                & (rows.batch == batch)].dropna(subset=["value", "n"]).sort_values("n")
+    if mine.empty:
+        return "not measured"
+    if growth == "fixed":
+        return f"fixed: {_fmt_bytes(mine.value.iloc[-1])}"
+    first, last = mine.iloc[0], mine.iloc[-1]
+    if first.n == last.n:
+        return _fmt_bytes(first.value) + f" at {int(first.n)}"
+    per_token = (last.value - first.value) / (last.n - first.n)
+    if growth == "window":
+        return f"bounded: {_fmt_bytes(last.value)} from its window on" + (
+            f" ({_fmt_bytes(per_token)}/token before)" if per_token > 0 else "")
+    return f"{_fmt_bytes(per_token)} per token"
+
+
+def section(board) -> zoo.Section:
+    """The inference section: the state each variant keeps, its time per generated token against the standard KV
+    cache decode and the machine's read bandwidth, the variants that do not decode and why, the time plot."""
+    rows, notes = board.rows(SUITE), Footnotes()
+    if rows.empty:
+        return zoo.Section("Inference", [f"_Not on this board: `zoo run-all --suite {SUITE}` runs it._"])
+    settings = board.settings_of(SUITE)
+    contexts, batches = _contexts(board), _batches(board)
+    state_contexts = sorted(set(int(n) for n in rows[rows.check == "state-bytes"].n.dropna()))
+    small = min(batches) if batches else 1
+    states, times, absent = [], [], []
+    for variant in board.variants:
+        card = board.card(variant)
+        growth = card.get("decoding")
+        if not growth:
+            absent.append({"variant": variant, "why it does not decode": card.get("decoding_absent") or "not recorded"})
+            continue
+        mode = mode_of_card(board, variant)
+        standard = STANDARD[board.kind(variant)]
+        state_row = {"variant": variant, "state grows": {"token": "per token", "window": "up to its window",
+                                                         "fixed": "fixed"}.get(growth, growth),
+                     f"state per sequence (batch {small})": _per_token_text(board, variant, growth, small)}
+        for n in state_contexts:
+            value = board.value(variant, "state-bytes", mode, DECODE, n, batch=small)
+            state_row[f"context {n}"] = _fmt_bytes(value)
+        ratio = board.value(variant, "state-ratio", mode, DECODE, max(contexts) if contexts else None, versus=standard,
+                            batch=small)
+        state_row["/ standard KV cache"] = fmt_g(ratio)
+        states.append(state_row)
+        for batch in batches:
+            row = {"variant": variant, "batch": batch}
+            for n in contexts:
+                t = board.value(variant, "decode-time", mode, DECODE, n, batch=batch)
+                if t is None:
+                    row[f"context {n}"] = "not timed " + notes.mark(f"{variant}, batch {batch}, context {n}: "
+                                                                     + _why_not_timed(board, variant, n, batch))
+                    continue
+                x = board.value(variant, "decode-ratio", mode, DECODE, n, versus=standard, batch=batch)
+                fraction = board.value(variant, "read-fraction", mode, DECODE, n, batch=batch)
+                marks = "varies" if _varies(board, variant, "decode-time", n, batch) or _varies(
+                    board, variant, "decode-ratio", n, batch, standard) else ""
+                row[f"context {n}"] = (f"{_fmt_token(t)} ({fmt_x(x)}" + (f", {fraction:.0%} of bandwidth" if fraction
+                                       is not None else "") + ")" + (f" {marks}" if marks else ""))
+            times.append(row)
+    bandwidth = rows[rows.check == "read-bandwidth"].value.dropna()
+    text = [
+        "Decoding token by token after a prompt of each context length: the state a sequence keeps (every tensor of "
+        "it counted; beyond the timed contexts from the plugin's state_bytes formula, which the correctness suite "
+        "checks against the counted bytes token by token) and the time per generated token, median over "
+        f"{getattr(settings, 'steps', '?')} steps per process taking turns with the standard decode: "
+        f"{STANDARD_LABELS[SDPA_CACHE]} for cores, {STANDARD_LABELS[MHA_CACHE]} for layers, same shapes "
+        f"(d_model {settings.d_model}, {settings.heads} heads, {board.settings.get('dtype', 'float32')}). In brackets: "
+        "the ratio to that standard decode and the bytes a step must read (state and weights) per second as a "
+        "fraction of this machine's read bandwidth "
+        + (f"({statistics.median(bandwidth):.3g} GB/s, a sum over a {settings.bandwidth_mib} MiB buffer, measured in "
+           f"the same processes)" if not bandwidth.empty else "(not measured)")
+        + ": decoding reads its whole state once per token, so that is its limit; what is left of a step beyond it is "
+        "compute and framework overhead. *varies*: the figure's interval (every process's median, at least the steps' "
+        "interquartile range) is wider than the run's threshold.",
+    ]
+    tables = [zoo.Table("State each sequence keeps", [], states),
+              zoo.Table("Time per generated token", [], times, footnotes=notes.reasons)]
+    if absent:
+        tables.append(zoo.Table("Variants that do not decode", [], absent))
+    plots = {}
+    for batch in batches:
+        chosen = rows[(rows.phase == DECODE) & (rows.batch == batch)]
+        plot = plots_.log_log(chosen, "decode-time", f"decode-time-batch{batch}.png",
+                              f"seconds per generated token (batch {batch})", SDPA_CACHE, STANDARD_LABELS[SDPA_CACHE],
+                              xlabel="context length (tokens)")
+        if plot:
+            plots[plot[0]] = plot[1]
+    return zoo.Section("Inference", text, tables, plots)
+
+
+def settle(settings: dict) -> dict:
+    """Contexts and batches in order, each once."""
+    return {**settings, "contexts": tuple(sorted(set(settings["contexts"]))),
+            "batches": tuple(sorted(set(settings["batches"]))),
+            "state_contexts": tuple(sorted(set(settings["state_contexts"])))}
+
+
+SUITE_DEFINITION = zoo.Suite(
+    SUITE, "decoding token by token after a prompt: the state each sequence keeps, the time per generated token "
+    "against the standard KV-cache decode, and the fraction of the machine's memory bandwidth a step reaches",
+    measures=(
+        zoo.Measure("state-bytes", "the state a sequence keeps after a prompt of n tokens (batch: in the batch "
+                    "field), counted; params source=formula: from the plugin's checked state_bytes formula", "bytes"),
+        zoo.Measure("state-ratio", "the variant's state / the standard KV cache's (versus)", "ratio"),
+        zoo.Measure("prefill-time", "one prefill of the prompt (versus: the standard decode's)", "s"),
+        zoo.Measure("decode-time", "time per generated token, median over the steps of every process (versus: the "
+                    "standard decode's, in turns with it)", "s"),
+        zoo.Measure("decode-ratio", "time per token / the standard decode's, median of per-turn ratios", "ratio"),
+        zoo.Measure("decode-between", "spread of the processes' medians of the time per token", "(max-min)/median"),
+        zoo.Measure("step-bytes", "what a step must read: the state and the weights", "bytes"),
+        zoo.Measure("read-fraction", "step bytes / time per token / the measured read bandwidth", "fraction"),
+        zoo.Measure("decode-tokens-per-s", "generated tokens per second, every sequence of the batch", "tokens/s"),
+        zoo.Measure("decode-growth", "time per token at the longest timed context / at the shortest", "ratio"),
+        zoo.Measure("read-bandwidth", "this machine's memory read rate, measured in the same process", "GB/s")),
+    section=section, order=35, settle=settle,
+    settings={
+        "batches": (1, 16), "contexts": (1024, 4096), "d_model": 512, "heads": 8,
+        "steps": 24, "warmup_steps": 4,  # timed generated tokens per cell and process, after untimed ones
+        # the plan: a cell is not timed where its prefill or its state is predicted to exceed these (no clock decides)
+        "max_prefill_gflop": 40.0, "max_state_gib": 2.0,
+        "state_contexts": (16384, 32768),  # contexts the state is stated at beyond the timed ones (formula)
+        "bandwidth_mib": 256,
+        "interval_threshold": 0.1,  # a time per token whose interval is wider than this fraction is marked varies
+    },
+    presets={
+        "full": {"contexts": (1024, 2048, 4096, 8192, 16384, 32768), "steps": 256, "warmup_steps": 8,
+                 "max_prefill_gflop": 4000.0, "max_state_gib": 8.0},
+        "smoke": {"batches": (1, 2), "contexts": (64, 128), "d_model": 64, "heads": 2, "steps": 4, "warmup_steps": 1,
+                  "state_contexts": (1024,), "bandwidth_mib": 32},
+    })
+
+
+@zoo.hookimpl
+def zoo_register_suites(register):
+    register(SUITE_DEFINITION)
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(Check("inference", SUITE, "state bytes, prefill and time per generated token against the standard KV "
+                   "cache decode and the read bandwidth, at each context and batch", run_inference, combine=combine))
