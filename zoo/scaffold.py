@@ -42,7 +42,7 @@ other, and declare honestly what it supports in ``tags`` and what it costs in ``
 from torch import nn
 
 import zoo
-from zoo.functional import masked_sdpa, merge_heads, split_heads
+from zoo.functional import cached_attention, masked_sdpa, merge_heads, split_heads
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -67,6 +67,20 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return softmax_attention(q, k, v, mask).transpose(1, 2).flatten(2)
 
 
+def decode(module, state, query, key, value, key_mask=None):
+    """Generation token by token: the next positions' keys and values appended to a KV cache held in ``state``
+    (never on the module), their queries attending to it; the correctness suite checks it equals the causal forward."""
+    h = module.num_heads
+    q, k, v = (split_heads(x, h) for x in (query / module.temperature, key, value))
+    out, state = cached_attention(state, q, k, v, key_mask)
+    return merge_heads(out), state
+
+
+def state_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    """What the cache holds after ``context`` tokens: every key and value (checked against the counted bytes)."""
+    return 2 * batch * context * d_model * itemsize
+
+
 @zoo.hookimpl
 def zoo_register_variants(register):
     register(zoo.Variant(
@@ -80,6 +94,10 @@ def zoo_register_variants(register):
         approximates=None,  # exact for its own function; an approximation names it: approximates="softmax"
         complexity=zoo.Complexity(time=2, memory=1),
         options={"temperature": 1.0},
+        # how it decodes (None if it cannot): a prefill of the prompt, then one step per token; the state grows by
+        # one token's worth per step ("token"), up to a window ("window") or not at all ("fixed")
+        decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode,
+                            growth="token", state_bytes=state_bytes),
     ))
 ''')
 

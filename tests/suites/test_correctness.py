@@ -6,7 +6,7 @@ from torch import nn
 
 import zoo
 from zoo.checks import FAILED, PASSED
-from zoo.functional import combine_masks, masked_sdpa, merge_heads, split_heads
+from zoo.functional import cached_attention, combine_masks, masked_sdpa, merge_heads, split_heads
 from zoo.profiles import get_profile
 from zoo.reference import reference_mask, softmax_attention
 from conftest import BUILTINS
@@ -169,6 +169,72 @@ def run(registry, check_name, variant):
     return list(check.run(variant, PROFILE))
 
 
+def sdpa_step(module, state, query, key, value, key_mask=None):
+    """The test attention's decode over a KV cache (the dot-product plugin's)."""
+    out, state = cached_attention(state, *module.heads(query, key, value), key_mask)
+    return merge_heads(out), state
+
+
+def cache_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return 2 * batch * context * d_model * itemsize
+
+
+def decoder(step, growth="token", state_bytes=cache_bytes):
+    return zoo.Decoder(prefill=lambda module, *inputs: step(module, {}, *inputs), step=step, growth=growth,
+                       state_bytes=state_bytes)
+
+
+def drops_oldest(module, state, query, key, value, key_mask=None):
+    """A cache that keeps only the last four tokens, as a cache with a bug in its eviction would."""
+    out, state = sdpa_step(module, state, query, key, value, key_mask)
+    return out, {name: cached[:, :, -4:] if cached.dim() == 4 else cached[:, -4:] for name, cached in state.items()}
+
+
+def shared_by_rows(module, state, query, key, value, key_mask=None):
+    """Every batch row's cache holds the first row's keys and values: a state shared between sequences."""
+    return sdpa_step(module, state, query, key[:1].expand_as(key), value[:1].expand_as(value), key_mask)
+
+
+def on_the_module(module, state, query, key, value, key_mask=None):
+    """The cache kept on the module instead of in the state: one decode at a time works, two side by side mix."""
+    if not state:
+        module.cache = {}
+    out, module.cache = sdpa_step(module, module.cache, query, key, value, key_mask)
+    return out, {"position": 0}
+
+
+def rotate(x, positions):
+    """Rotate-half rotary embedding of (batch, heads, seq, d) at the given absolute positions."""
+    half = x.shape[-1] // 2
+    angles = positions.to(x.dtype)[:, None] / 100.0 ** (torch.arange(half, dtype=x.dtype) / half)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([x[..., :half] * cos - x[..., half:] * sin, x[..., half:] * cos + x[..., :half] * sin], dim=-1)
+
+
+class Rotary(Attention):
+    """Softmax attention with rotary positions on queries and keys."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.heads(query, key, value)
+        q, k = rotate(q, torch.arange(q.shape[2])), rotate(k, torch.arange(k.shape[2]))
+        return merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal))
+
+
+def rotary_step(offset: int):
+    """Rotary's decode: a token at position p rotated by p (+ ``offset``: the classic bug is a step that forgets
+    the prompt's length or counts it off by one)."""
+
+    def step(module, state, query, key, value, key_mask=None):
+        position = state.get("position", 0)
+        shift = offset if state else 0  # the prefill counts from 0; the steps are off by ``offset``
+        positions = torch.arange(position, position + query.shape[1]) + shift
+        q, k, v = module.heads(query, key, value)
+        out, state = cached_attention(state, rotate(q, positions), rotate(k, positions), v, key_mask)
+        return merge_heads(out), {**state, "position": position + query.shape[1]}
+
+    return step
+
+
 BROKEN = [
     ("reference-float64", Scaled, {}),
     ("reference-float32", LowPrecisionInFloat32, {}),
@@ -186,6 +252,9 @@ BROKEN = [
     ("deterministic", Noisy, {}),
     ("large-magnitude", NaiveSoftmax, {}),
     ("approximation", MeanOfValues, {"approximates": "softmax", "reference": mean_reference}),
+    ("decoding", Rotary, {"decoder": decoder(rotary_step(offset=1))}),
+    ("decoding-state", Attention, {"decoder": decoder(sdpa_step, growth="fixed")}),
+    ("decoding-isolation", Attention, {"decoder": decoder(on_the_module, state_bytes=None)}),
 ]
 
 
@@ -199,7 +268,7 @@ def test_check_fails_on_a_variant_broken_for_it(registry, check_name, module_cla
 @pytest.mark.parametrize("check_name", [b[0] for b in BROKEN])
 def test_check_passes_on_the_correct_variant(registry, check_name):
     fields = {"baselines": {"baselines": {"sdpa": lambda m: m}},
-              "approximation": {"approximates": "softmax"}}.get(check_name, {})  # exact softmax approximates it best
+              "approximation": {"approximates": "softmax"}}.get(check_name, {"decoder": decoder(sdpa_step)})  # exact softmax approximates it best
     results = run(registry, check_name, make_variant(Attention, **fields))
     assert results and all(r.status == PASSED for r in results), [r for r in results if r.status != PASSED]
 
@@ -317,11 +386,15 @@ FINELY_BROKEN = [
     ("reference-float64", scaled_by(1 + 1e-9), {}),  # tolerance 1e-10: ten times over
     ("reference-float32", scaled_by(1 + 1e-4, torch.float32), {}),  # tolerance 1e-5: ten times over
     ("approximation", blended(0.01), {"approximates": "softmax", "reference": mean_reference}),  # error 0.99 >= 0.98
+    ("decoding", Attention, {"decoder": decoder(drops_oldest, state_bytes=None)}),
+    ("decoding", Attention, {"decoder": decoder(shared_by_rows)}),
+    ("decoding-state", Attention, {"decoder": decoder(sdpa_step, state_bytes=lambda batch, context, d_model, *_, **__:
+                                                      batch * context * d_model * 8)}),  # the keys only: half
 ]
 
 
 @pytest.mark.parametrize("check_name, module_class, fields", FINELY_BROKEN,
-                         ids=[f"{b[0]}-{b[1].__name__}" for b in FINELY_BROKEN])
+                         ids=[f"{b[0]}-{b[1].__name__}-{i}" for i, b in enumerate(FINELY_BROKEN)])
 def test_check_catches_a_fault_just_past_what_it_allows(registry, check_name, module_class, fields):
     fields = dict(fields)
     variant = zoo.Variant(name="broken", summary="A finely broken variant.", family="test", citation="none",
@@ -358,3 +431,20 @@ def test_builtins_pass_every_applicable_check(registry, name):
         if check.applies(variant.tags) is None:
             results = list(check.run(variant, PROFILE))
             assert all(r.status in (PASSED, "skipped") for r in results), [r for r in results if r.status != PASSED]
+
+
+@pytest.mark.parametrize("offset", [1, -1])
+def test_a_rotary_decoder_whose_steps_are_off_by_one_position_is_caught_and_the_right_one_passes(registry, offset):
+    wrong = run(registry, "decoding", make_variant(Rotary, decoder=decoder(rotary_step(offset))))
+    assert [r.params["prefill"] for r in wrong if r.status == FAILED] and all(
+        r.status == PASSED for r in wrong if r.params["prefill"] == 0)  # all steps shifted alike: invisible to rotary
+    right = run(registry, "decoding", make_variant(Rotary, decoder=decoder(rotary_step(0))))
+    assert right and all(r.status == PASSED for r in right), [r for r in right if r.status != PASSED]
+
+
+@pytest.mark.parametrize("name", ["drops_oldest", "shared_by_rows"])
+def test_a_wrong_cache_is_caught_by_the_decode_check_naming_where(registry, name):
+    step = {"drops_oldest": drops_oldest, "shared_by_rows": shared_by_rows}[name]
+    failed = [r for r in run(registry, "decoding", make_variant(Attention, decoder=decoder(step, state_bytes=None)))
+              if r.status == FAILED]
+    assert failed and all("first wrong position" in r.detail for r in failed), failed
