@@ -3,15 +3,18 @@
 The naive form materialises a (batch, heads, q_len, k_len, d) tensor. Here the scores are computed
 over chunks of ``chunk_rows`` queries (by default q_len / d, so each chunk's temporary is no larger
 than the score matrix), and the backward pass recomputes each chunk instead of keeping it, so peak
-memory grows like the score matrix, not d times it.
+memory grows like the score matrix, not d times it. Decoding caches the projected keys features first, as
+the chunks lay them out, so a step's tanh and its sum with v run over contiguous rows.
 """
 
+import functools
 import math
 
 import torch
 from torch import nn
 
 import zoo
+from zoo.decoding import append
 from zoo.functional import combine_masks, merge_heads, split_heads
 from zoo.reference import reference_mask, weighted_sum
 
@@ -113,6 +116,39 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return weighted_sum(scores, values, mask).transpose(1, 2).flatten(2)
 
 
+def prefill(module, query, key, value, key_mask=None):
+    """The prompt through the causal forward's scores; its projected keys (features first) and values cached."""
+    qp, kp, values = module.projections(query, key, value)
+    scores = ChunkedAdditiveScores.apply(qp, kp, module.v, module.rows_per_chunk(qp.shape[2]))
+    mask = combine_masks(None if key_mask is None else key_mask[:, None, None, :], True, qp.shape[2], kp.shape[2],
+                         query.device)
+    state = {"k": append(None, kp.transpose(2, 3), 3), "v": append(None, values, 2)}
+    if key_mask is not None:
+        state["key_mask"] = append(None, key_mask.to(torch.bool), 1)
+    return merge_heads(attend(scores, values, mask)), state
+
+
+def step(module, state, query, key, value, key_mask=None):
+    """The next query scored against every cached key: v . tanh(W_q q + W_k k) as one (d, keys) tanh per head."""
+    qp, kp, values = module.projections(query, key, value)
+    state = dict(state)
+    before = state["v"].shape[2]
+    state["k"], state["v"] = append(state["k"], kp.transpose(2, 3), 3), append(state["v"], values, 2)
+    mask = None
+    if key_mask is not None or "key_mask" in state:
+        ones = functools.partial(torch.ones, qp.shape[0], dtype=torch.bool, device=qp.device)
+        new = ones(1) if key_mask is None else key_mask.to(torch.bool)
+        state["key_mask"] = append(state.get("key_mask", ones(before)), new, 1)
+        mask = state["key_mask"][:, None, None, :]
+    hidden = (qp.transpose(2, 3) + state["k"]).tanh_()  # (batch, heads, d, keys)
+    scores = module.v.view(1, module.num_heads, 1, -1) @ hidden
+    return merge_heads(attend(scores, state["v"], mask)), state
+
+
+def cache_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return 2 * batch * context * d_model * itemsize  # every projected key and value
+
+
 def naive_broadcast(module):
     """A baseline: the textbook form that materialises the (batch, heads, q, k, d) tanh tensor."""
 
@@ -160,6 +196,7 @@ def zoo_register_variants(register):
         check_options={"chunk_rows": 2},
         baselines={"naive-broadcast": naive_broadcast},
         floors={"tanh-floor": tanh_floor},
+        decoder=zoo.Decoder(prefill=prefill, step=step, growth="token", state_bytes=cache_bytes),
         targets=(
             zoo.Target("time-ratio", versus="tanh-floor", at_most=1.5, phase="fwd", n=1024,
                        note="forward within 1.5x of a bare tanh over its n * n * d_model elements at n=1024"),

@@ -7,7 +7,8 @@
   (only earlier ones when causal).
 
 Keys are gathered per query block, so time and memory are O(n * block * (2 window + 1 + global + random)):
-no n x n mask or score matrix, except the global queries' own rows, O(global * block * n).
+no n x n mask or score matrix, except the global queries' own rows, O(global * block * n). Decoding caches
+every key (a later block may draw any earlier one) and reads, per step, only the keys its query's block reads.
 """
 
 import functools
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
+from zoo.decoding import append
 from zoo.functional import gathered_mask, masked_sdpa, merge_heads, sdpa_zeroing_empty_rows, split_heads
 from zoo.reference import reference_mask, softmax_attention
 
@@ -52,14 +54,14 @@ class BlockSparseAttention(nn.Module):
     def key_blocks(self, blocks: int, causal: bool) -> list[list[int]]:
         """Every query block's key blocks (window, globals, random draws), without repeats."""
         drawn = random_layout(blocks, self.window, self.global_blocks, self.random_blocks, self.seed, causal)
-        rows = []
-        for i in range(blocks):
-            if i < self.global_blocks:
-                rows.append(list(range(i + 1 if causal else blocks)))
-                continue
-            near = range(max(0, i - self.window), min(blocks, i + (0 if causal else self.window) + 1))
-            rows.append(sorted(set(near) | set(range(min(self.global_blocks, blocks))) | set(drawn[i])))
-        return rows
+        return [self.row(i, blocks, causal, drawn[i]) for i in range(blocks)]
+
+    def row(self, i: int, blocks: int, causal: bool, drawn: tuple) -> list[int]:
+        """Query block ``i``'s key blocks, given its random draws."""
+        if i < self.global_blocks:
+            return list(range(i + 1 if causal else blocks))
+        near = range(max(0, i - self.window), min(blocks, i + (0 if causal else self.window) + 1))
+        return sorted(set(near) | set(range(min(self.global_blocks, blocks))) | set(drawn))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
@@ -138,6 +140,64 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return softmax_attention(*heads, mask).transpose(1, 2).flatten(2)
 
 
+def prefill(module, query, key, value, key_mask=None):
+    """The prompt through the causal forward; every key and value cached, since a later block may draw any
+    earlier block past the globals at random."""
+    h, p = module.num_heads, query.shape[1]
+    output = (module(query, key, value, attn_mask=None if key_mask is None else key_mask[:, None, None, :],
+                     is_causal=True) if p else query.new_zeros(*query.shape[:2], value.shape[-1]))
+    state = {"position": p, "k": append(None, split_heads(key, h), 2), "v": append(None, split_heads(value, h), 2)}
+    if key_mask is not None:
+        state["key_mask"] = append(None, key_mask.to(torch.bool), 1)
+    return output, state
+
+
+def step(module, state, query, key, value, key_mask=None):
+    """The next query over the keys its block reads in the causal forward, read in place from the cache: a few
+    contiguous runs, their scores under one softmax. O(keys read), not O(context), and no key is copied (a
+    gather of them cost more than the attention over them)."""
+    h, position = module.num_heads, state["position"]
+    q, k, v = (split_heads(x, h) for x in (query, key, value))
+    state = dict(state, position=position + 1)
+    state["k"], state["v"] = append(state["k"], k, 2), append(state["v"], v, 2)
+    keys, values, runs = state["k"], state["v"], _read_runs(module, position)
+    scores = torch.cat([q @ keys[:, :, i:j].transpose(-1, -2) for i, j in runs], dim=-1) * q.shape[-1] ** -0.5
+    allowed = None
+    if key_mask is not None or "key_mask" in state:
+        ones = functools.partial(torch.ones, q.shape[0], dtype=torch.bool, device=q.device)
+        kept = state["key_mask"] if "key_mask" in state else ones(position)
+        state["key_mask"] = append(kept, ones(1) if key_mask is None else key_mask.to(torch.bool), 1)
+        allowed = torch.cat([state["key_mask"][:, i:j] for i, j in runs], dim=1)[:, None, None, :]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = scores.softmax(dim=-1).split([j - i for i, j in runs], dim=-1)
+    out = sum(w @ values[:, :, i:j] for w, (i, j) in zip(weights, runs))
+    if allowed is not None:  # a query with no key to attend to: zeros, as the forward gives
+        out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+    return merge_heads(out), state
+
+
+def _read_runs(module, position: int) -> list[list[int]]:
+    """The key positions the query at ``position`` reads, as [start, stop) runs: its block's key blocks, adjacent
+    ones merged, the last (its own) cut after it. The random draws come from the layout of the next power of two
+    blocks: a causal draw does not depend on the length, so one layout serves every block below it and only a few
+    are ever built."""
+    block, current = module.block, position // module.block
+    drawn = random_layout(1 << current.bit_length(), module.window, module.global_blocks, module.random_blocks,
+                          module.seed, True)[current]
+    runs = []
+    for j in module.row(current, current + 1, True, drawn):
+        if runs and runs[-1][1] == j * block:
+            runs[-1][1] += block
+        else:
+            runs.append([j * block, (j + 1) * block])
+    runs[-1][1] = position + 1
+    return runs
+
+
+def cache_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return 2 * batch * context * d_model * itemsize  # every key and value
+
+
 def dense_layout_sdpa(module):
     """A baseline: torch's SDPA over the whole sequence with the same pattern as a dense mask."""
 
@@ -177,6 +237,7 @@ def zoo_register_variants(register):
         check_options={"block": 2, "window": 1, "global_blocks": 1, "random_blocks": 1},
         baselines={"dense-sdpa-layout": dense_layout_sdpa},
         flops=flops,
+        decoder=zoo.Decoder(prefill=prefill, step=step, growth="token", state_bytes=cache_bytes),
         targets=(
             zoo.Target("time-ratio", versus="dense-sdpa-layout", at_most=1 / 10, phase="fwd", n=8192,
                        note="at least 10x faster than dense SDPA with the same pattern as a mask at n=8192"),

@@ -84,6 +84,12 @@ def zoo_register_variants(register):
         decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
                             state_bytes=cache_bytes),
         targets=(
+            zoo.Target("decode-ratio", versus="mha-kv-cache", at_most=1.1, mode="causal", phase="decode", n=4096,
+                       note="decode within 1.1x of nn.MultiheadAttention's projections over a preallocated KV cache"),
+            zoo.Target("decode-ratio", versus="mha-kv-cache", at_most=1.1, mode="causal", phase="decode", n=16384,
+                       note="decode within 1.1x of nn.MultiheadAttention's projections over a preallocated KV cache"),
+            zoo.Target("read-fraction", at_least=0.8, mode="causal", phase="decode", n=16384, batch=16,
+                       note="a decode step at batch 16 reads its cache at 0.8 of the measured read bandwidth"),
             zoo.Target("time-ratio", versus="torch-mha", at_most=1.05, phase="fwd",
                        note="within 1.05x of nn.MultiheadAttention(need_weights=False)"),
             zoo.Target("time-ratio", versus="torch-mha", at_most=1.05, phase="fwd+bwd",

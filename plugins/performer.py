@@ -7,7 +7,8 @@ kernel attention (``zoo.functional.kernel_attention``): O(n m d), causal by pref
 
 Numerics: each query's features are shifted by their own maximum and all keys' by one shared maximum
 (both cancel in the ratio; the shifts are constants to autograd), and half-precision inputs compute the
-features in float32.
+features in float32. A decoder cannot know the keys to come, so its state (sum phi(k)^T v and sum phi(k)
+per head) keeps the largest key logit seen so far as its shift and is rescaled whenever a new key raises it.
 """
 
 import math
@@ -44,11 +45,15 @@ class PerformerAttention(nn.Module):
         self.d_model, self.num_heads, self.features, self.chunk = d_model, num_heads, features, chunk
         self.register_buffer("projection", orthogonal_features(num_heads, features, d_model // num_heads))
 
-    def feature_map(self, x, shared_shift: bool):
-        """phi(x) on (batch, heads, seq, d), in float32 at least."""
+    def logits(self, x):
+        """log(phi(x) sqrt(m)) = W x - |x|^2 / 2 on (batch, heads, seq, d), in float32 at least."""
         x = x.to(torch.promote_types(x.dtype, torch.float32))
         x = x * x.shape[-1] ** -0.25
-        logits = torch.einsum("bhnd,hmd->bhnm", x, self.projection.to(x.dtype)) - (x * x).sum(-1, keepdim=True) / 2
+        return torch.einsum("bhnd,hmd->bhnm", x, self.projection.to(x.dtype)) - (x * x).sum(-1, keepdim=True) / 2
+
+    def feature_map(self, x, shared_shift: bool):
+        """phi(x) on (batch, heads, seq, d), in float32 at least."""
+        logits = self.logits(x)
         if shared_shift:  # keys: one shift for all of them, so their relative weights stay
             shift = logits.detach().amax(dim=(-2, -1), keepdim=True) if logits.numel() else 0.0
         else:  # queries: each its own (it cancels between numerator and denominator)
@@ -78,6 +83,52 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return positive_kernel_attention(phi(q), phi(k), v, mask).transpose(1, 2).flatten(2)
 
 
+def prefill(module, query, key, value, key_mask=None):
+    """The causal forward over the prompt, and the state its keys leave with the prompt's shift: the largest
+    key logit, as the forward takes it (-inf for no prompt: the first step's key then sets it)."""
+    q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
+    logits = module.logits(k)
+    if logits.numel():
+        shift = logits.amax(dim=(-2, -1), keepdim=True)
+    else:
+        shift = logits.new_full((*logits.shape[:2], 1, 1), -math.inf)
+    fq, fk = module.feature_map(q, shared_shift=False), torch.exp(logits - shift) / math.sqrt(module.features)
+    v = v.to(fq.dtype)
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    out = kernel_attention(fq, fk, v, mask, True, module.chunk)
+    if key_mask is not None:
+        fk = fk * key_mask[:, None, :, None].to(fk.dtype)
+    state = {"kv": fk.transpose(-2, -1) @ v, "normaliser": fk.sum(-2).unsqueeze(-1), "shift": shift}
+    return merge_heads(out.to(query.dtype)), state
+
+
+def step(module, state, query, key, value, key_mask=None):
+    """The next token: the shift raised to its key's largest logit where that is larger (a padding key too, as
+    in the forward) and the state rescaled by exp(old - new), exactly 1 where it stays; numerator and
+    normaliser scale alike, so the outputs are the forward's. Then its features times its value are added in
+    place and its query reads the state."""
+    kv, normaliser, shift = state["kv"], state["normaliser"], state["shift"]
+    q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
+    logits = module.logits(k)
+    raised = torch.maximum(shift, logits.amax(dim=-1, keepdim=True))
+    rescale = torch.exp(shift - raised)
+    fk = (torch.exp(logits - raised) / math.sqrt(module.features)).transpose(-2, -1)  # (b, h, m, 1)
+    if key_mask is not None:
+        fk = fk * key_mask[:, None, None, :].to(fk.dtype)
+    kv.mul_(rescale).addcmul_(fk, v.to(kv.dtype))
+    normaliser.mul_(rescale).add_(fk)
+    shift.copy_(raised)
+    fq = module.feature_map(q, shared_shift=False)
+    numerator, denominator = fq @ kv, fq @ normaliser
+    out = numerator / denominator.masked_fill(denominator == 0, 1.0)
+    return merge_heads(out.to(query.dtype)), state
+
+
+def state_bytes(batch, context, d_model, num_heads, itemsize, features=256, **options):
+    """Per head an m x d state, an m normaliser and the shift, in the features' float32 at least."""
+    return batch * num_heads * (features * (d_model // num_heads + 1) + 1) * max(itemsize, 4)
+
+
 def flops(batch, q_len, k_len, d_model, num_heads, features=256, **options):
     """Without is_causal: the random features of queries and keys (2 n m d each), the keys' state
     (2 k_len m d) and its reads by the queries, values and normaliser (2 q_len m (d + 1)), per head."""
@@ -102,7 +153,12 @@ def zoo_register_variants(register):
         check_options={"features": 16, "chunk": 4},
         error_sweeps={"features": (16, 64, 256, 1024)},  # what more random features buy
         flops=flops,
+        decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=state_bytes),
         targets=(
+            zoo.Target("decode-growth", at_most=1.1, mode="causal", phase="decode",
+                       note="time per generated token constant within 10% from the shortest timed context to the longest"),
+            zoo.Target("decode-ratio", versus="sdpa-kv-cache", at_most=0.1, mode="causal", phase="decode", n=16384,
+                       note="at least 10x faster per token than softmax over a KV cache at 16384 context"),
             zoo.Target("approximation-error", 0.7, phase="fwd",
                        note="normalised error on structured inputs at most 0.7 at every measured n (256 features)"),
         ),

@@ -13,7 +13,8 @@ so causal retention costs O(n d^2). The recurrent form is the float64 reference 
 baseline, so the correctness suite checks that all three agree. Without ``is_causal`` the decay runs both ways, gamma^|n - m|
 (bidirectional retention as in RMT, Fan et al. 2024): one causal pass each way, minus the diagonal
 counted twice. Retention has no attention mask (a query-dependent mask would break the chunked form),
-and query and key positions are the same sequence.
+and query and key positions are the same sequence. Decoding is the recurrent form, the d x d state per head
+kept in float32 at least (for the decays' sake, as ``decays`` says).
 """
 
 import math
@@ -105,6 +106,42 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return out.transpose(1, 2).flatten(2)
 
 
+def _no_mask(key_mask):
+    """Refuse a key mask rather than ignore it, as the API refuses attn_mask: retention has no masks."""
+    if key_mask is not None:
+        raise ValueError("retention takes no key_mask (capability accepts_attn_mask is False)")
+
+
+def prefill(module, query, key, value, key_mask=None):
+    """The causal forward over the prompt, and its recurrent state S_p = sum_m gamma^(p - 1 - m) k_m^T v_m."""
+    _no_mask(key_mask)
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    q, k, v, gamma = module.heads(*(x.to(dtype) for x in (query, key, value)))
+    length = k.shape[2]
+    if length:
+        out = causal_chunked(q, k, v, gamma, module.chunk)
+        out = merge_heads(F.rms_norm(out, out.shape[-1:], eps=module.eps)).to(query.dtype)
+    else:  # the chunked form has no chunk to start from
+        out = query.new_zeros(query.shape)
+    age = torch.arange(length - 1, -1, -1, device=k.device, dtype=gamma.dtype)  # p - 1 - m
+    state = (k * (gamma ** age.view(-1, 1))).transpose(-2, -1) @ v
+    return out, {"state": state}
+
+
+def step(module, state, query, key, value, key_mask=None):
+    """The next token: S_t = gamma S_(t-1) + k_t^T v_t in place, o_t = RMSNorm(q_t S_t / sqrt(d)) per head."""
+    _no_mask(key_mask)
+    s = state["state"]
+    q, k, v, gamma = module.heads(*(x.to(s.dtype) for x in (query, key, value)))
+    s.mul_(gamma).addcmul_(k.transpose(-2, -1), v)
+    out = q @ s
+    return merge_heads(F.rms_norm(out, out.shape[-1:], eps=module.eps)).to(query.dtype), state
+
+
+def state_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return batch * d_model * (d_model // num_heads) * max(itemsize, 4)  # a d x d state per head, float32 at least
+
+
 def parallel(module):
     """A baseline: the parallel form RetNet trains with, (q k^T * D) v with the n x n decay matrix
     D[n, m] = gamma^|n - m| (zero above the diagonal when causal)."""
@@ -145,7 +182,12 @@ def zoo_register_variants(register):
         check_options={"chunk": 4},
         baselines={"parallel": parallel},
         flops=flops,
+        decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=state_bytes),
         targets=(
+            zoo.Target("decode-growth", at_most=1.1, mode="causal", phase="decode",
+                       note="time per generated token constant within 10% from the shortest timed context to the longest"),
+            zoo.Target("decode-ratio", versus="sdpa-kv-cache", at_most=0.1, mode="causal", phase="decode", n=16384,
+                       note="at least 10x faster per token than softmax over a KV cache at 16384 context"),
             zoo.Target("time-ratio", versus="torch-sdpa", at_most=1 / 10, mode="causal", phase="fwd", n=16384,
                        note="causal: at least 10x faster than causal torch SDPA at n=16384, as linear attention is"),
         ),

@@ -4,13 +4,14 @@ After projection, each head's query and key features are rotated in pairs by an 
 their position (pair i of position p by p * base^(-2i/d)), so a score depends on the two tokens and
 their offset only. Pairs are (x_i, x_{i + d/2}), the "rotate half" layout of GPT-NeoX and Llama in
 Hugging Face. Positions count from 0 in the queries and in the keys (top-left, like ``is_causal``).
+Decoding caches the keys already rotated: a key's rotation depends on its own position only.
 """
 
 import torch
 from torch import nn
 
 import zoo
-from zoo.functional import masked_sdpa, merge_heads, split_heads
+from zoo.functional import cached_attention, masked_sdpa, merge_heads, split_heads
 from zoo.reference import linear, reference_mask, softmax_attention
 
 
@@ -34,9 +35,10 @@ class RotaryMultiHeadAttention(nn.Module):
         self.register_buffer("inv_freq", base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim),
                              persistent=False)
 
-    def angles(self, length: int, like: torch.Tensor):
-        """cos and sin of every (position, feature) angle, (length, head_dim), in ``like``'s dtype."""
-        positions = torch.arange(length, device=like.device, dtype=torch.float64)
+    def angles(self, length: int, like: torch.Tensor, start: int = 0):
+        """cos and sin of every (position, feature) angle for positions start.., (length, head_dim), in ``like``'s
+        dtype."""
+        positions = torch.arange(start, start + length, device=like.device, dtype=torch.float64)
         angles = torch.outer(positions, self.inv_freq.to(like.device, torch.float64)).repeat(1, 2)
         return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
 
@@ -73,6 +75,19 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     k = torch.einsum("bhpi,pij->bhpj", k, rotation_matrices(k.shape[2], width))
     mask = reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])
     return linear(softmax_attention(q, k, v, mask).transpose(1, 2).flatten(2), module.out_proj)
+
+
+def decode(module, state, query, key, value, key_mask=None):
+    """The next positions rotated by their absolute positions, which continue from the cache's length; their
+    keys cached rotated, so a step rotates one query and one key."""
+    q, k, v = module.projections(query, key, value)
+    cos, sin = module.angles(q.shape[-2], q, start=state["k"].shape[-2] if "k" in state else 0)
+    out, state = cached_attention(state, rotate(q, cos, sin), rotate(k, cos, sin), v, key_mask)
+    return module.out_proj(merge_heads(out)), state
+
+
+def cache_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return 2 * batch * context * d_model * itemsize  # every rotated key and projected value
 
 
 def complex_rotation(module):
@@ -116,6 +131,8 @@ def zoo_register_variants(register):
         options={"base": 10000.0},
         baselines={"complex-rope": complex_rotation},
         flops=flops,
+        decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
+                            state_bytes=cache_bytes),
         targets=(
             zoo.Target("time-ratio", versus="torch-mha-layer", at_most=1.05, phase="fwd",
                        note="rotations nearly free: within 1.05x of nn.MultiheadAttention (no positions) forward"),

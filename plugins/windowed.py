@@ -4,7 +4,8 @@ Computed on blocks: the queries are cut into blocks of ``block``, and each block
 batched SDPA call, to its own keys plus ``window`` on either side (only earlier ones when causal)
 under one (block, span) band mask. The blocks and their overlapping key windows are strided views of
 the caller's tensors, so nothing is copied but the few blocks at the edges. Time and memory are
-O(n * window): no n x n mask or score matrix.
+O(n * window): no n x n mask or score matrix. Decoding keeps only the last ``window`` keys and values,
+all a later query can see.
 """
 
 import functools
@@ -116,6 +117,74 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return softmax_attention(*heads, reference_mask(mask, False, n, n)).transpose(1, 2).flatten(2)
 
 
+def prefill(module, query, key, value, key_mask=None):
+    """The prompt through the causal forward; its last ``window`` keys and values, all a later query can see,
+    at the start of buffers of twice the window that the steps slide along."""
+    p, window = query.shape[1], module.window
+    output = module(query, key, value, attn_mask=None if key_mask is None else key_mask[:, None, None, :],
+                    is_causal=True)
+    kept = p - min(p, window)
+    state = {"position": p}
+    for name, x in (("k", key), ("v", value)):
+        state[name] = _buffered(split_heads(x, module.num_heads)[:, :, kept:], window, 2)
+    if key_mask is not None:
+        state["key_mask"] = _buffered(key_mask[:, kept:].to(torch.bool), window, 1)
+    return output, state
+
+
+def step(module, state, query, key, value, key_mask=None):
+    """The next query over the cached window and its own key (window + 1 keys, contiguous, one SDPA call); the
+    oldest then leaves the cache, since no later query sees it."""
+    window = module.window
+    q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
+    keys, values = _slide(state["k"], k, 2), _slide(state["v"], v, 2)
+    state = dict(state, position=state["position"] + 1)
+    if key_mask is None and "key_mask" not in state:
+        out = F.scaled_dot_product_attention(q, keys, values)
+    else:
+        ones = functools.partial(torch.ones, q.shape[0], dtype=torch.bool, device=q.device)
+        kept = state["key_mask"] if "key_mask" in state else _buffered(ones(state["k"].shape[2]), window, 1)
+        allowed = _slide(kept, ones(1) if key_mask is None else key_mask.to(torch.bool), 1)
+        out = sdpa_zeroing_empty_rows(q, keys, values, allowed[:, None, None, :])
+        state["key_mask"] = _last(allowed, window, 1)
+    state["k"], state["v"] = _last(keys, window, 2), _last(values, window, 2)
+    return merge_heads(out), state
+
+
+def _buffered(x, window, dim):
+    """``x`` copied to the start of a buffer of ``2 * window`` positions along ``dim``, as a view of its part."""
+    shape = list(x.shape)
+    shape[dim] = 2 * window
+    buffer = x.new_empty(shape)
+    buffer.narrow(dim, 0, x.shape[dim]).copy_(x)
+    return buffer.narrow(dim, 0, x.shape[dim])
+
+
+def _last(x, window, dim):
+    """The last ``window`` positions of ``x`` along ``dim`` (all of them while it is shorter), a view."""
+    length = min(x.shape[dim], window)
+    return x.narrow(dim, x.shape[dim] - length, length)
+
+
+def _slide(cache, new, dim):
+    """``cache`` (a view of part of a :func:`_buffered` buffer) with ``new`` written right after it, as one view.
+    At the buffer's end the cache is first copied back to its start: once every ``window`` steps, O(1) a step
+    amortised."""
+    buffer_shape = list(cache.shape)
+    buffer_shape[dim] = cache.stride(dim - 1) // cache.stride(dim)
+    buffer = cache.as_strided(buffer_shape, cache.stride(), 0)
+    start, length = cache.storage_offset() // cache.stride(dim), cache.shape[dim]
+    if start + length == buffer_shape[dim]:
+        buffer.narrow(dim, 0, length).copy_(cache)
+        start = 0
+    buffer.narrow(dim, start + length, 1).copy_(new)
+    return buffer.narrow(dim, start, length + 1)
+
+
+def cache_bytes(batch, context, d_model, num_heads, itemsize, window=128, **options):
+    return 2 * batch * min(context, window) * d_model * itemsize  # the last window keys and values
+
+
 def dense_band_sdpa(module):
     """A baseline: torch's fused SDPA over the full sequence with the dense band mask."""
 
@@ -179,7 +248,12 @@ def zoo_register_variants(register):
         check_options={"window": 3, "block": 4},
         baselines={"torch-sdpa-band": dense_band_sdpa},
         peers={"flex-attention": flex_sliding_window},
+        decoder=zoo.Decoder(prefill=prefill, step=step, growth="window", state_bytes=cache_bytes),
         targets=(
+            zoo.Target("decode-growth", at_most=1.1, mode="causal", phase="decode",
+                       note="beyond its window, time per generated token constant within 10% as the context grows"),
+            zoo.Target("state-growth", at_most=1.0, mode="causal", phase="decode",
+                       note="beyond its window, its cache does not grow with the context"),
             zoo.Target("time-ratio", versus="torch-sdpa-band", at_most=1 / 25, phase="fwd", n=16384,
                        note="at least 25x faster than dense SDPA with the band mask at n=16384 (window 128)"),
             zoo.Target("time-ratio", versus="flex-attention", at_most=1.0, phase="fwd", n=16384,
