@@ -42,8 +42,11 @@ class Decoder:
     view; see :func:`append`).
 
     ``growth``: how the state grows with context, one of :data:`GROWTHS`. ``state_bytes(batch, context,
-    d_model, num_heads, itemsize, **options)``, where given: the state's bytes after ``context`` tokens with no
-    key masked, tensors of ``itemsize`` bytes per element, checked against the counted bytes after every step.
+    d_model, num_heads, itemsize, **options)``, where given: the state's bytes after ``context`` tokens (a
+    context decoder: with a context of that length, whatever it decoded) with no
+    key masked, for inputs of ``itemsize`` bytes per element (the run's dtype; a state kept wider than its inputs,
+e.g. a recurrent sum in float32 under bfloat16 inputs, says so: ``max(itemsize, 4)``), checked against the counted
+bytes after every step.
     ``context``: a cross-attention decoder, whose keys and values are a fixed context given whole to ``prefill``
     (key_mask: its padding); steps then carry the next query only (key and value None) and the outputs equal the
     forward without ``is_causal`` (queries are independent of each other).

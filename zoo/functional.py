@@ -223,7 +223,7 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
     batch, t, total = q.shape[0], q.shape[-2], before + k.shape[-2]
     if key_mask is not None or f"{name}key_mask" in state:
         kept = state.get(f"{name}key_mask", torch.ones(batch, before, dtype=torch.bool, device=k.device))
-        new = torch.ones(batch, t, dtype=torch.bool, device=k.device) if key_mask is None else key_mask
+        new = torch.ones(batch, k.shape[-2], dtype=torch.bool, device=k.device) if key_mask is None else key_mask
         state[f"{name}key_mask"] = append(kept, new.to(torch.bool), 1)
     if t == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1]), state

@@ -27,7 +27,7 @@ def test_every_cell_states_its_counted_state_its_prefill_and_its_time_per_token_
     for (batch, n), value in state.items():  # keys and values of every token, float32
         assert value == 2 * batch * n * SETTINGS.d_model * 4
     times = [r for r in rows if r.check == "decode-time" and not r.versus]
-    assert all(len(r.samples) == SETTINGS.steps and r.low <= r.value <= r.high for r in times)
+    assert all(len(r.samples) == SETTINGS.steps // SETTINGS.steps_per_round and r.low <= r.value <= r.high for r in times)
     ratio = next(r for r in rows if r.check == "decode-ratio")
     mine = next(r for r in times if (r.batch, r.n) == (ratio.batch, ratio.n))
     theirs = next(r for r in rows if r.check == "decode-time" and r.versus == SDPA_CACHE
@@ -48,20 +48,20 @@ def test_a_layer_is_compared_with_the_projections_of_nn_multihead_attention_and_
     assert mine.value == state.value + (4 * d * d + 4 * d) * 4  # in- and out-projections with their biases
 
 
-def test_the_standard_decode_computes_the_causal_attention_it_is_compared_as():
+def test_the_standard_decode_steps_compute_the_causal_attention_they_are_compared_as():
     torch.manual_seed(0)
     batch, n, d, heads, prompt = 2, 12, 16, 2, 5
     q, k, v = (torch.randn(batch, n, d, dtype=torch.float64) for _ in range(3))
     for layer in (False, True):
         standard = StandardDecode(layer, batch, d, heads, n, "cpu", torch.float64)
-        outputs = [standard.prefill(q[:, :prompt], k[:, :prompt], v[:, :prompt], context=False)]
-        outputs += [standard.step(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], context=False) for i in range(prompt, n)]
+        standard.fill(k[:, :prompt], v[:, :prompt])
+        outputs = [standard.step(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], context=False) for i in range(prompt, n)]
         if layer:
             expected = standard.mha(q, k, v, attn_mask=torch.ones(n, n, dtype=torch.bool).triu(1), need_weights=False)[0]
         else:
             split = [x.view(batch, n, heads, -1).transpose(1, 2) for x in (q, k, v)]
             expected = F.scaled_dot_product_attention(*split, is_causal=True).transpose(1, 2).reshape(batch, n, d)
-        assert torch.allclose(torch.cat(outputs, 1), expected, atol=1e-12)
+        assert torch.allclose(torch.cat(outputs, 1), expected[:, prompt:], atol=1e-12)
         assert standard.state_bytes() == 2 * batch * n * d * 8
 
 
@@ -96,10 +96,12 @@ def test_processes_combine_into_pooled_times_and_one_state_per_cell(registry):
     first, second = list(run_inference(variant, profile)), list(run_inference(variant, profile))
     rows = combine(variant, profile, [first, second])
     times = [r for r in rows if r.check == "decode-time" and not r.versus]
-    assert {r.n for r in times} == {64, 128} and all(len(r.samples) == 2 * SETTINGS.steps for r in times)
+    assert {r.n for r in times} == {64, 128} and all(len(r.samples) == 2 * (SETTINGS.steps // SETTINGS.steps_per_round) for r in times)
     assert all(r.low <= r.value <= r.high for r in times)
     assert len([r for r in rows if r.check == "state-bytes" and not r.versus and not r.params]) == 2
     assert len([r for r in rows if r.check == "decode-growth"]) == 1
+    [state] = [r for r in rows if r.check == "state-growth"]
+    assert state.value == 1.0  # linear attention's state does not grow with the context
     between = [r for r in rows if r.check == "decode-between"]
     assert between and all(r.value >= 0 for r in between)
 

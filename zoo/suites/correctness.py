@@ -364,12 +364,14 @@ DECODE_LENGTH = 10  # positions a decode runs over on the check's small shapes (
 
 
 def _decode_case(variant, mask: str | None) -> Case:
-    """The decoding checks' case: three sequences (two side by side for a context decoder's context), causal for
-    a self-attention decoder; a cross decoder's context is longer than its queries where the variant allows."""
-    context = variant.decoder.context
-    k_len = DECODE_LENGTH + 3 if context and variant.tags.allows_different_lengths else DECODE_LENGTH
-    return Case(batch=3, q_len=DECODE_LENGTH, k_len=k_len, causal=not context, mask=mask,
-                options=dict(variant.check_options))
+    """The decoding checks' case: three sequences, four heads (so grouped heads really group), causal for a
+    self-attention decoder; a context decoder's context is longer than its queries, and of other feature sizes,
+    where the variant allows."""
+    context, tags = variant.decoder.context, variant.tags
+    k_len = DECODE_LENGTH + 3 if context and tags.allows_different_lengths else DECODE_LENGTH
+    dims = dict(kdim=12, vdim=20) if context and tags.allows_kv_dims else {}
+    return Case(batch=3, q_len=DECODE_LENGTH, k_len=k_len, d_model=16, num_heads=4, causal=not context, mask=mask,
+                options=dict(variant.check_options), **dims)
 
 
 def _decode_setup(variant, mask, seed):
@@ -453,10 +455,11 @@ def check_decoding_state(variant, profile):
             yield Result("decoding-state", FAILED, f"{setting} prefill={DECODE_LENGTH // 2}", after_prefill[0], "bytes",
                          f"a prefill of {DECODE_LENGTH // 2} tokens left {after_prefill[0]} bytes, "
                          f"{DECODE_LENGTH // 2} steps {counted[DECODE_LENGTH // 2]}", params=params)
-        if decoder.state_bytes is not None:
+        if decoder.state_bytes is not None:  # a context decoder's state is its context's, whatever it decoded
             options = variant.resolve_options(case.options)
-            declared = [float(decoder.state_bytes(case.batch, context, case.d_model, case.num_heads, itemsize=8,
-                                                  **options)) for context in range(len(counted))]
+            declared = [float(decoder.state_bytes(case.batch, case.k_len if decoder.context else context, case.d_model,
+                                                  case.num_heads, itemsize=8, **options))
+                        for context in range(len(counted))]
             off = [(context, want, got) for context, (want, got) in enumerate(zip(declared, counted)) if want != got]
             yield Result("decoding-state", FAILED if off else PASSED, f"{setting} state_bytes formula", counted[-1],
                          "bytes", "" if not off else f"counted {off[0][2]} bytes after {off[0][0]} tokens, the "

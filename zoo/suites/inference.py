@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import statistics
 
 import torch
@@ -78,23 +77,19 @@ class StandardDecode:
         return F.linear(x, self.mha.in_proj_weight[index * d:(index + 1) * d], self.mha.in_proj_bias[index * d:(index + 1) * d])
 
     def _heads(self, x):
-        return x.view(x.shape[0], x.shape[1], self.heads, -1).transpose(1, 2)
+        return x.view(x.shape[0], x.shape[1], self.heads, self.d_model // self.heads).transpose(1, 2)
 
     def _out(self, out):
         out = out.transpose(1, 2).reshape(out.shape[0], -1, self.d_model)
         return out if self.mha is None else self.mha.out_proj(out)
 
-    def prefill(self, query, key, value, context: bool):
-        """The prompt (or the context) into the cache, and its causal (or full) attention."""
+    def fill(self, key, value):
+        """The prompt's keys and values into the cache, nothing else: what the steps it is timed by need (its
+        attention over the prompt would cost what a softmax prefill costs, for every variant it is compared with)."""
         t = key.shape[1]
         self.keys[:, :, :t] = self._heads(self._project(key, 1))
         self.values[:, :, :t] = self._heads(self._project(value, 2))
         self.length = t
-        q = self._heads(self._project(query, 0))
-        k, v = self.keys[:, :, :t], self.values[:, :, :t]
-        if q.shape[2] == 0:  # a context's prefill has no query yet
-            return query
-        return self._out(F.scaled_dot_product_attention(q, k, v, is_causal=not context))
 
     def step(self, query, key, value, context: bool):
         """One token: its key and value written at the next slot (not for a context), its query over the cache."""
@@ -135,43 +130,61 @@ def prefill_gflop(variant, batch: int, context: int, d_model: int, heads: int) -
     return batch * extrapolate(context, points, variant.complexity.time) / 1e9
 
 
-def planned_out(variant, settings, batch: int, context: int) -> str | None:
+def itemsize(profile) -> int:
+    """Bytes per element of the run's dtype: what the plugin's state_bytes formula is asked for."""
+    return getattr(torch, profile.dtype).itemsize
+
+
+def planned_out(variant, settings, profile, batch: int, context: int) -> str | None:
     """Why a cell is not timed (None: it is): its prefill or its state over the profile's caps."""
+    cap = settings.max_prefill_tokens
+    if cap is not None and batch * context > cap:
+        return f"a prefill of batch x context = {batch * context} tokens, over the profile's cap of {cap}"
     gflop = prefill_gflop(variant, batch, context, settings.d_model, settings.heads)
     if gflop > settings.max_prefill_gflop:
         return f"predicted prefill of {gflop:.3g} GFLOP, over the profile's cap of {settings.max_prefill_gflop:g}"
     formula = variant.decoder.state_bytes
     if formula is not None:
-        state = float(formula(batch, context, settings.d_model, settings.heads, itemsize=4, **dict(variant.options)))
+        state = float(formula(batch, context, settings.d_model, settings.heads, itemsize=itemsize(profile),
+                              **dict(variant.options)))
         if state > settings.max_state_gib * 2 ** 30:
             return f"predicted state of {state / 2 ** 30:.3g} GiB, over the profile's cap of {settings.max_state_gib:g} GiB"
     return None
 
 
+_PROMPTS: dict[tuple, torch.Tensor] = {}
+
+
+def _prompt(settings, profile, batch: int, context: int) -> torch.Tensor:
+    """The prompt of a cell: the leading part of one random sequence batch made once per process for the largest
+    cell (drawing it costs more than many a cell's steps), the same for every variant."""
+    key = (max(settings.batches), max(settings.contexts), settings.d_model, profile.device, profile.dtype, profile.seed)
+    if key not in _PROMPTS:
+        _PROMPTS.clear()
+        generator = torch.Generator().manual_seed(profile.seed)
+        _PROMPTS[key] = torch.randn(*key[:3], generator=generator).to(profile.device, getattr(torch, profile.dtype))
+    return _PROMPTS[key][:batch, :context]
+
+
 def _cell(variant, settings, profile, batch: int, context: int):
-    """Prefill both decodes, then their steps in turns; the raw figures of one (batch, context) cell."""
+    """Prefill both decodes, then their steps in turns; the raw figures of one (batch, context) cell. Query, key and
+    value are the same sequence, as in a model's self-attention (a context decoder: its context)."""
     dtype, device, decoder = getattr(torch, profile.dtype), profile.device, variant.decoder
-    generator = torch.Generator().manual_seed(profile.seed)
-
-    def randn(length):
-        return torch.randn(batch, length, settings.d_model, generator=generator).to(device, dtype)
-
+    generator = torch.Generator().manual_seed(profile.seed + 1)
     torch.manual_seed(profile.seed)
     module = zoo.build(variant, d_model=settings.d_model, num_heads=settings.heads).to(device, dtype).eval()
     torch.manual_seed(profile.seed)
     steps = settings.warmup_steps + settings.steps
     standard = StandardDecode(variant.tags.has_parameters, batch, settings.d_model, settings.heads,
                               context + (0 if decoder.context else steps), device, dtype)
-    prompt = [randn(context) for _ in range(3)]  # query, key, value (a context decoder: its context's keys/values)
-    tokens = [[randn(1) for _ in range(3)] for _ in range(steps)]
+    prompt = [_prompt(settings, profile, batch, context)] * 3
+    tokens = [[torch.randn(batch, 1, settings.d_model, generator=generator).to(device, dtype)] * 3 for _ in range(steps)]
     first = prompt[0][:, :0] if decoder.context else prompt[0]
     with torch.no_grad():
         started = synchronized_clock()
         _, state = decoder.prefill(module, first, prompt[1], prompt[2], None)
         prefill_seconds = synchronized_clock() - started
-        started = synchronized_clock()
-        standard.prefill(first, prompt[1], prompt[2], decoder.context)
-        standard_prefill = synchronized_clock() - started
+        standard.fill(prompt[1], prompt[2])
         state_bytes, allocated = decoding.counted_bytes(state), decoding.allocated_bytes(state)
         standard_bytes = standard.state_bytes()
         holder = [state]
@@ -186,14 +199,19 @@ def _cell(variant, settings, profile, batch: int, context: int):
 
         samples = {variant.name: [], STANDARD[variant.kind]: []}
         calls = {variant.name: mine, STANDARD[variant.kind]: theirs}
-        for index, token in enumerate(tokens):
+        for who, call in calls.items():
+            for token in tokens[:settings.warmup_steps]:
+                call(token)
+        size = settings.steps_per_round
+        timed = tokens[settings.warmup_steps:]
+        for index in range(len(timed) // size):
             order = list(calls) if index % 2 == 0 else list(calls)[::-1]  # ABBA: what one leaves falls on both
             for who in order:
                 started = synchronized_clock()
-                calls[who](token)
-                if index >= settings.warmup_steps:
-                    samples[who].append(synchronized_clock() - started)
-    return dict(samples=samples, prefill={variant.name: prefill_seconds, STANDARD[variant.kind]: standard_prefill},
+                for token in timed[index * size:(index + 1) * size]:
+                    calls[who](token)
+                samples[who].append((synchronized_clock() - started) / size)
+    return dict(samples=samples, prefill=prefill_seconds,
                 state={variant.name: state_bytes, STANDARD[variant.kind]: standard_bytes}, allocated=allocated,
                 weights={variant.name: _weight_bytes(module), STANDARD[variant.kind]: standard.weight_bytes()})
 
@@ -215,7 +233,7 @@ def run_inference(variant, profile):
         for context in settings.contexts:
             tag = dict(n=context, mode=mode, phase=DECODE, batch=batch)
             setting = f"batch={batch} context={context}"
-            why = planned_out(variant, settings, batch, context)
+            why = planned_out(variant, settings, profile, batch, context)
             if why:
                 yield Result("decode-time", SKIPPED, setting, detail=f"not timed: {why}", **tag)
                 continue
@@ -224,17 +242,17 @@ def run_inference(variant, profile):
             except Exception as exc:  # one cell failing (out of memory, say) costs that cell
                 yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
                 continue
-            yield from _state_rows(variant, setting, tag, cell)
-            for who, seconds in cell["prefill"].items():
-                yield Result("prefill-time", MEASURED, setting, seconds, "s", f"one prefill of {context} tokens "
-                             "(its first call)", versus="" if who == variant.name else who,
-                             **{**tag, "phase": PREFILL})
+            states = list(_state_rows(variant, setting, tag, cell))
+            timed_here += states
+            yield from states
+            yield Result("prefill-time", MEASURED, setting, cell["prefill"], "s", f"one prefill of {context} tokens "
+                         "(its first call)", **{**tag, "phase": PREFILL})
             rows = list(_timed_rows(variant, setting, tag, {who: {0: s} for who, s in cell["samples"].items()},
                                     cell["state"], cell["weights"], [bandwidth]))
             timed_here += rows
             yield from rows
         yield from _growth_rows(variant, batch, mode, timed_here)
-    yield from _formula_rows(variant, settings, mode)
+    yield from _formula_rows(variant, settings, profile, mode)
 
 
 def _state_rows(variant, setting, tag, cell):
@@ -249,7 +267,7 @@ def _state_rows(variant, setting, tag, cell):
 
 
 DERIVED = {"decode-time", "decode-ratio", "decode-between", "step-bytes", "read-fraction", "decode-tokens-per-s",
-           "decode-growth"}
+           "decode-growth", "state-growth"}
 """Rows derived from a cell's timed steps: :func:`combine` derives them again from every process's."""
 
 
@@ -264,7 +282,7 @@ def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[flo
         timed = figure([times[p] for p in sorted(times)])
         read = state[who] + weights[who]
         yield Result("decode-time", MEASURED, setting, timed.value, "s", f"per generated token: median of "
-                     f"{len(timed.samples)} steps in {timed.processes} process(es); IQR {timed.iqr:.3g} s",
+                     f"{len(timed.samples)} rounds of steps in {timed.processes} process(es); IQR {timed.iqr:.3g} s",
                      samples=timed.samples, low=timed.low, high=timed.high, versus=versus, **tag)
         if timed.between is not None:
             yield Result("decode-between", MEASURED, setting, timed.between, "(max-min)/median",
@@ -285,16 +303,19 @@ def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[flo
 
 
 def _growth_rows(variant, batch, mode, rows):
-    """How much the time per token grows from the shortest to the longest timed context, at one batch size."""
-    times = {row.n: row.value for row in rows if row.check == "decode-time" and not row.versus}
-    if len(times) > 1:
-        shortest, longest = min(times), max(times)
-        yield Result("decode-growth", MEASURED, f"batch={batch} context {shortest} to {longest}",
-                     times[longest] / times[shortest], "ratio", f"time per token at context {longest} / at {shortest}",
-                     n=longest, mode=mode, phase=DECODE, batch=batch)
+    """How much the time per token and the state grow from the shortest to the longest timed context, at one batch
+    size (``rows``: the cells' state and time rows)."""
+    for check, name, what in (("decode-time", "decode-growth", "time per token"),
+                              ("state-bytes", "state-growth", "counted state")):
+        values = {row.n: row.value for row in rows if row.check == check and not row.versus and row.value}
+        if len(values) > 1:
+            shortest, longest = min(values), max(values)
+            yield Result(name, MEASURED, f"batch={batch} context {shortest} to {longest}",
+                         values[longest] / values[shortest], "ratio", f"{what} at context {longest} / at {shortest}",
+                         n=longest, mode=mode, phase=DECODE, batch=batch)
 
 
-def _formula_rows(variant, settings, mode):
+def _formula_rows(variant, settings, profile, mode):
     """The state at the long contexts the board states, from the plugin's state_bytes formula (which the
     correctness suite checks against the counted bytes token by token), where no cell counted it."""
     formula = variant.decoder.state_bytes
@@ -304,7 +325,8 @@ def _formula_rows(variant, settings, mode):
         if context in settings.contexts:
             continue
         for batch in settings.batches:
-            value = float(formula(batch, context, settings.d_model, settings.heads, itemsize=4, **dict(variant.options)))
+            value = float(formula(batch, context, settings.d_model, settings.heads, itemsize=itemsize(profile),
+                                  **dict(variant.options)))
             yield Result("state-bytes", MEASURED, f"batch={batch} context={context}", value, "bytes",
                          "from the plugin's state_bytes formula (checked against counted bytes by the correctness "
                          "suite)", n=context, mode=mode, phase=DECODE, batch=batch, params={"source": "formula"})
@@ -348,7 +370,8 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
             variant, setting, tag, per_process, {w: state[(batch, context, w)] for w in who},
             {w: weights[(batch, context, w)] for w in who}, bandwidths or [float("nan")]))
     for batch, rows in timed.items():
-        kept += rows + list(_growth_rows(variant, batch, mode_of(variant), rows))
+        counted = [row for row in kept if row.check == "state-bytes" and row.batch == batch and not row.params]
+        kept += rows + list(_growth_rows(variant, batch, mode_of(variant), rows + counted))
     return kept
 
 
@@ -401,14 +424,15 @@ def _why_not_timed(board, variant, n, batch) -> str:
     return whole.detail.iloc[0] if not whole.empty else f"context {n}, batch {batch} is not among this run's cells"
 
 
-def _per_token_text(board, variant, growth, batch) -> str:
-    """The state's bytes per token of context (two counted contexts apart), or its fixed size."""
+def _per_token_text(board, variant, growth, batch, context: bool) -> str:
+    """The state's bytes per token of context (two counted contexts apart), or its fixed size; a context decoder's
+    state is its context's, fixed while it decodes."""
     rows = board.rows(SUITE)
     mine = rows[(rows.variant == variant) & (rows.check == "state-bytes") & (rows.versus == "")
                 & (rows.batch == batch)].dropna(subset=["value", "n"]).sort_values("n")
     if mine.empty:
         return "not measured"
-    if growth == "fixed":
+    if growth == "fixed" and not context:
         return f"fixed: {_fmt_bytes(mine.value.iloc[-1])}"
     first, last = mine.iloc[0], mine.iloc[-1]
     if first.n == last.n:
@@ -417,7 +441,7 @@ def _per_token_text(board, variant, growth, batch) -> str:
     if growth == "window":
         return f"bounded: {_fmt_bytes(last.value)} from its window on" + (
             f" ({_fmt_bytes(per_token)}/token before)" if per_token > 0 else "")
-    return f"{_fmt_bytes(per_token)} per token"
+    return f"{_fmt_bytes(per_token)} per token" + (" of its context (fixed while it decodes)" if context else "")
 
 
 def section(board) -> zoo.Section:
@@ -439,15 +463,18 @@ def section(board) -> zoo.Section:
             continue
         mode = mode_of_card(board, variant)
         standard = STANDARD[board.kind(variant)]
+        context = mode == "full"
         state_row = {"variant": variant, "state grows": {"token": "per token", "window": "up to its window",
-                                                         "fixed": "fixed"}.get(growth, growth),
-                     f"state per sequence (batch {small})": _per_token_text(board, variant, growth, small)}
+                                                         "fixed": "with its context" if context else "fixed"}.get(
+                                                             growth, growth),
+                     f"state per sequence (batch {small})": _per_token_text(board, variant, growth, small, context)}
         for n in state_contexts:
             value = board.value(variant, "state-bytes", mode, DECODE, n, batch=small)
             state_row[f"context {n}"] = _fmt_bytes(value)
-        ratio = board.value(variant, "state-ratio", mode, DECODE, max(contexts) if contexts else None, versus=standard,
-                            batch=small)
-        state_row["/ standard KV cache"] = fmt_g(ratio)
+        ratios = rows[(rows.variant == variant) & (rows.check == "state-ratio") & (rows.batch == small)].dropna(
+            subset=["value", "n"]).sort_values("n")
+        state_row["/ standard KV cache"] = (f"{fmt_g(ratios.value.iloc[-1])} (context {int(ratios.n.iloc[-1])})"
+                                            if not ratios.empty else "-")
         states.append(state_row)
         for batch in batches:
             row = {"variant": variant, "batch": batch}
@@ -468,8 +495,9 @@ def section(board) -> zoo.Section:
     text = [
         "Decoding token by token after a prompt of each context length: the state a sequence keeps (every tensor of "
         "it counted; beyond the timed contexts from the plugin's state_bytes formula, which the correctness suite "
-        "checks against the counted bytes token by token) and the time per generated token, median over "
-        f"{getattr(settings, 'steps', '?')} steps per process taking turns with the standard decode: "
+        "checks against the counted bytes token by token) and the time per generated token: "
+        f"{settings.steps} steps per process after {settings.warmup_steps} untimed ones, in rounds of "
+        f"{settings.steps_per_round} taking turns with the standard decode (the median over every process's rounds): "
         f"{STANDARD_LABELS[SDPA_CACHE]} for cores, {STANDARD_LABELS[MHA_CACHE]} for layers, same shapes "
         f"(d_model {settings.d_model}, {settings.heads} heads, {board.settings.get('dtype', 'float32')}). In brackets: "
         "the ratio to that standard decode and the bytes a step must read (state and weights) per second as a "
@@ -477,7 +505,8 @@ def section(board) -> zoo.Section:
         + (f"({statistics.median(bandwidth):.3g} GB/s, a sum over a {settings.bandwidth_mib} MiB buffer, measured in "
            f"the same processes)" if not bandwidth.empty else "(not measured)")
         + ": decoding reads its whole state once per token, so that is its limit; what is left of a step beyond it is "
-        "compute and framework overhead. *varies*: the figure's interval (every process's median, at least the steps' "
+        "compute and framework overhead (a fraction over 100% means the step read less than its whole state from "
+        "memory: a sparse step reads some of its blocks, a small state stays in the CPU's caches). *varies*: the figure's interval (every process's median, at least the steps' "
         "interquartile range) is wider than the run's threshold.",
     ]
     tables = [zoo.Table("State each sequence keeps", [], states),
@@ -509,8 +538,8 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("state-bytes", "the state a sequence keeps after a prompt of n tokens (batch: in the batch "
                     "field), counted; params source=formula: from the plugin's checked state_bytes formula", "bytes"),
         zoo.Measure("state-ratio", "the variant's state / the standard KV cache's (versus)", "ratio"),
-        zoo.Measure("prefill-time", "one prefill of the prompt (versus: the standard decode's)", "s"),
-        zoo.Measure("decode-time", "time per generated token, median over the steps of every process (versus: the "
+        zoo.Measure("prefill-time", "one prefill of the prompt: its outputs and the state it leaves", "s"),
+        zoo.Measure("decode-time", "time per generated token, median over the rounds of steps of every process (versus: the "
                     "standard decode's, in turns with it)", "s"),
         zoo.Measure("decode-ratio", "time per token / the standard decode's, median of per-turn ratios", "ratio"),
         zoo.Measure("decode-between", "spread of the processes' medians of the time per token", "(max-min)/median"),
@@ -518,21 +547,25 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("read-fraction", "step bytes / time per token / the measured read bandwidth", "fraction"),
         zoo.Measure("decode-tokens-per-s", "generated tokens per second, every sequence of the batch", "tokens/s"),
         zoo.Measure("decode-growth", "time per token at the longest timed context / at the shortest", "ratio"),
+        zoo.Measure("state-growth", "counted state at the longest timed context / at the shortest", "ratio"),
         zoo.Measure("read-bandwidth", "this machine's memory read rate, measured in the same process", "GB/s")),
     section=section, order=35, settle=settle,
     settings={
         "batches": (1, 16), "contexts": (1024, 4096), "d_model": 512, "heads": 8,
-        "steps": 24, "warmup_steps": 4,  # timed generated tokens per cell and process, after untimed ones
+        # timed generated tokens per cell and process, after untimed ones, in rounds of steps_per_round steps of one
+        # decode then of the other (a figure's samples are its rounds' times per token)
+        "steps": 48, "warmup_steps": 8, "steps_per_round": 4,
         # the plan: a cell is not timed where its prefill or its state is predicted to exceed these (no clock decides)
-        "max_prefill_gflop": 40.0, "max_state_gib": 2.0,
+        "max_prefill_gflop": 120.0, "max_state_gib": 2.0, "max_prefill_tokens": 16384,
         "state_contexts": (16384, 32768),  # contexts the state is stated at beyond the timed ones (formula)
         "bandwidth_mib": 256,
         "interval_threshold": 0.1,  # a time per token whose interval is wider than this fraction is marked varies
     },
     presets={
         "full": {"contexts": (1024, 2048, 4096, 8192, 16384, 32768), "steps": 256, "warmup_steps": 8,
-                 "max_prefill_gflop": 4000.0, "max_state_gib": 8.0},
-        "smoke": {"batches": (1, 2), "contexts": (64, 128), "d_model": 64, "heads": 2, "steps": 4, "warmup_steps": 1,
+                 "max_prefill_gflop": 4000.0, "max_state_gib": 8.0, "max_prefill_tokens": None},
+        "smoke": {"batches": (1, 2), "contexts": (64, 128), "d_model": 64, "heads": 2, "steps": 8, "warmup_steps": 1,
+                  "steps_per_round": 2,
                   "state_contexts": (1024,), "bandwidth_mib": 32},
     })
 
