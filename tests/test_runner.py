@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from conftest import good_plugin, run_zoo
+from zoo.profiles import get_profile
 from zoo.store import Store
 
 LEAKS_FUTURE = good_plugin("leaks-future", causal="False")  # ignores is_causal: a deliberate bug
@@ -115,7 +116,9 @@ def test_speed_and_complexity_of_a_good_variant_render(tmp_path):
     out = run_all(tmp_path, "--filter", "dot-product")
     assert out.returncode == 0, out.stderr
     folder = tmp_path / "out"
-    assert {p.name for p in folder.glob("*.png")} == {"time.png", "flops.png", "memory.png"}
+    batches = get_profile("smoke").of("inference").batches
+    assert {p.name for p in folder.glob("*.png")} == {"time.png", "flops.png", "memory.png",
+                                                      *(f"decode-time-batch{b}.png" for b in batches)}
     readme = (folder / "README.md").read_text()
     assert "| dot-product" in readme.split("## Leaderboard")[1].split("## Correctness")[0]
 

@@ -298,8 +298,8 @@ class Variant:
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
             "baselines": list(self.baselines), "floors": list(self.floors), "peers": list(self.peers),
             "targets": [dataclasses.asdict(t) for t in self.targets],
-            "decoding": self.decoder.growth if self.decoder is not None else None,
-            "decoding_absent": why_not(self),
+            "decoder_growth": self.decoder.growth if self.decoder is not None else None,
+            "decoder_absent": why_not(self),
         }
 
     def with_defaults(self, overrides: Mapping[str, Any]) -> "Variant":

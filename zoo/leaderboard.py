@@ -173,10 +173,10 @@ def _capabilities(board: Board) -> list[dict]:
 def _decoding_text(card: dict) -> str:
     """How the variant decodes token by token (its state's growth), or why it does not; a run stored before
     decoding was a capability says nothing."""
-    if card.get("decoding"):
+    if card.get("decoder_growth"):
         return {"token": "yes: a cache per token", "window": "yes: a cache up to its window",
-                "fixed": "yes: a fixed-size state"}.get(card["decoding"], f"yes ({card['decoding']})")
-    return f"- ({card['decoding_absent']})" if card.get("decoding_absent") else "not recorded"
+                "fixed": "yes: a fixed-size state"}.get(card["decoder_growth"], f"yes ({card['decoder_growth']})")
+    return f"- ({card['decoder_absent']})" if card.get("decoder_absent") else "not recorded"
 
 
 def _approximates_text(board: Board, variant: str) -> str:
@@ -206,12 +206,12 @@ def _target_rows(board: Board) -> list[dict]:
             if target.n is not None:
                 sel = sel[sel.n == target.n]
             if target.batch is not None:
-                sel = sel[sel.batch == target.batch]
+                sel = sel[sel.batch == target.batch] if "batch" in sel else sel.iloc[:0]
             if sel.empty:
                 verdict, measured = "not measured in this run", ""
             else:
                 verdict = "met" if all(target.met_by(v) for v in sel.value) else "not met"
-                measured = ", ".join(f"n={int(r.n)}" + (f" batch {int(r.batch)}" if pd.notna(r.batch)
+                measured = ", ".join(f"n={int(r.n)}" + (f" batch {int(r.batch)}" if pd.notna(getattr(r, "batch", None))
                                                          and target.batch is None else "")
                                      + f": {r.value:.3g}" for r in sel.itertuples())
             where = (f"n={target.n}" if target.n is not None else "every timed n") + (

@@ -106,6 +106,7 @@ class StandardDecode:
         return 2 * self.keys[:, :, :self.length].numel() * self.keys.element_size()
 
     def weight_bytes(self) -> int:
+        """What a step reads besides the cache: the projections' weights (none for a core)."""
         return 0 if self.mha is None else sum(p.numel() * p.element_size() for p in self.mha.parameters())
 
 
@@ -399,6 +400,7 @@ def _varies(board, variant, check, n, batch, versus="") -> bool:
 
 
 def mode_of_card(board, variant) -> str:
+    """The mode a variant's decode rows were stored in (causal, or full for a context decoder)."""
     rows = board.rows(SUITE)
     modes = rows[(rows.variant == variant) & (rows.phase == DECODE)]["mode"].dropna()
     return modes.iloc[0] if not modes.empty else "causal"
@@ -457,9 +459,9 @@ def section(board) -> zoo.Section:
     states, times, absent = [], [], []
     for variant in board.variants:
         card = board.card(variant)
-        growth = card.get("decoding")
+        growth = card.get("decoder_growth")
         if not growth:
-            absent.append({"variant": variant, "why it does not decode": card.get("decoding_absent") or "not recorded"})
+            absent.append({"variant": variant, "why it does not decode": card.get("decoder_absent") or "not recorded"})
             continue
         mode = mode_of_card(board, variant)
         standard = STANDARD[board.kind(variant)]
