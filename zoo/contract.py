@@ -300,6 +300,7 @@ class Variant:
             "targets": [dataclasses.asdict(t) for t in self.targets],
             "decoder_growth": self.decoder.growth if self.decoder is not None else None,
             "decoder_absent": why_not(self),
+            "decoder_context": bool(self.decoder is not None and self.decoder.context),
         }
 
     def with_defaults(self, overrides: Mapping[str, Any]) -> "Variant":

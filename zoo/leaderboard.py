@@ -173,6 +173,8 @@ def _capabilities(board: Board) -> list[dict]:
 def _decoding_text(card: dict) -> str:
     """How the variant decodes token by token (its state's growth), or why it does not; a run stored before
     decoding was a capability says nothing."""
+    if card.get("decoder_context"):
+        return "yes: its context's keys and values, fixed while it decodes"
     if card.get("decoder_growth"):
         return {"token": "yes: a cache per token", "window": "yes: a cache up to its window",
                 "fixed": "yes: a fixed-size state"}.get(card["decoder_growth"], f"yes ({card['decoder_growth']})")

@@ -153,6 +153,13 @@ def planned_out(variant, settings, profile, batch: int, context: int) -> str | N
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _flush_buffer(mib: int, device) -> torch.Tensor:
+    """A buffer larger than the CPU's last-level cache: reading it before a round evicts what the other decode's
+    round left there, so a small state is not timed warm beside a small cache and cold beside a large one."""
+    return torch.ones(mib * 2 ** 20 // 4, device=device)
+
+
 _PROMPTS: dict[tuple, torch.Tensor] = {}
 
 
@@ -205,9 +212,11 @@ def _cell(variant, settings, profile, batch: int, context: int):
                 call(token)
         size = settings.steps_per_round
         timed = tokens[settings.warmup_steps:]
+        flush = _flush_buffer(settings.flush_mib, device)
         for index in range(len(timed) // size):
             order = list(calls) if index % 2 == 0 else list(calls)[::-1]  # ABBA: what one leaves falls on both
             for who in order:
+                flush.sum()  # every round starts from memory, not from what the other decode left in the caches
                 started = synchronized_clock()
                 for token in timed[index * size:(index + 1) * size]:
                     calls[who](token)
@@ -499,7 +508,9 @@ def section(board) -> zoo.Section:
         "it counted; beyond the timed contexts from the plugin's state_bytes formula, which the correctness suite "
         "checks against the counted bytes token by token) and the time per generated token: "
         f"{settings.steps} steps per process after {settings.warmup_steps} untimed ones, in rounds of "
-        f"{settings.steps_per_round} taking turns with the standard decode (the median over every process's rounds): "
+        f"{settings.steps_per_round} taking turns with the standard decode, each round after a read of a "
+        f"{getattr(settings, 'flush_mib', '?')} MiB buffer so it starts from memory, not from what the other decode left "
+        "in the CPU's caches (the median over every process's rounds): "
         f"{STANDARD_LABELS[SDPA_CACHE]} for cores, {STANDARD_LABELS[MHA_CACHE]} for layers, same shapes "
         f"(d_model {settings.d_model}, {settings.heads} heads, {board.settings.get('dtype', 'float32')}). In brackets: "
         "the ratio to that standard decode and the bytes a step must read (state and weights) per second as a "
@@ -561,6 +572,7 @@ SUITE_DEFINITION = zoo.Suite(
         "max_prefill_gflop": 120.0, "max_state_gib": 2.0, "max_prefill_tokens": 16384,
         "state_contexts": (16384, 32768),  # contexts the state is stated at beyond the timed ones (formula)
         "bandwidth_mib": 256,
+        "flush_mib": 64,  # read before every timed round: more than the last-level cache (32 MiB on the 2-core box)
         "interval_threshold": 0.1,  # a time per token whose interval is wider than this fraction is marked varies
     },
     presets={
@@ -568,7 +580,7 @@ SUITE_DEFINITION = zoo.Suite(
                  "max_prefill_gflop": 4000.0, "max_state_gib": 8.0, "max_prefill_tokens": None},
         "smoke": {"batches": (1, 2), "contexts": (64, 128), "d_model": 64, "heads": 2, "steps": 8, "warmup_steps": 1,
                   "steps_per_round": 2,
-                  "state_contexts": (1024,), "bandwidth_mib": 32},
+                  "state_contexts": (1024,), "bandwidth_mib": 32, "flush_mib": 4},
     })
 
 
