@@ -87,3 +87,25 @@ def test_the_recall_sweep_grows_pairs_and_keys_at_fixed_width_and_reports_a_curv
 def test_shapes_task_labels_match_the_stamped_shape():
     images, labels = shapes().make(torch.Generator().manual_seed(0), 8)
     assert images.shape == (8, 1, 16, 16) and set(labels.tolist()) <= {0, 1, 2}
+
+
+def test_each_recall_point_states_the_decoding_state_of_its_model_and_the_board_plots_recall_against_it(registry,
+                                                                                                          tmp_path):
+    from zoo import leaderboard
+    from zoo.store import Store
+
+    profile = get_profile("smoke").with_settings("quality", steps=1, recall_steps=1)
+    store = Store(tmp_path / "results.sqlite")
+    run_id = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    states = {}
+    for name in ("dot-product", "linear", "linformer"):
+        variant = registry.variant(name)
+        rows = list(run_quality(variant, profile))
+        states[name] = {r.n: r.value for r in rows if r.check == "recall-state-bytes"}
+        store.record_job(run_id, name, "quality", "done", 1.0, {"card": variant.card()}, [r.as_dict() for r in rows])
+    lengths = {t.pairs: t.length for t in default_tasks() if t.pairs}
+    assert states["dot-product"] == {p: 2 * n * 64 * 4 for p, n in lengths.items()}  # keys and values, d_model 64
+    assert len(set(states["linear"].values())) == 1  # a fixed state, whatever the task's length
+    assert states["linformer"] == {}  # no causal form: nothing to decode, no point
+    leaderboard.render(store, run_id, tmp_path)
+    assert (tmp_path / "recall-vs-state.png").stat().st_size > 0

@@ -131,6 +131,21 @@ def run_quality(variant, profile):
         if task.pairs:  # a point of the recall-versus-pairs curve
             yield Result("recall-vs-pairs", MEASURED, f"pairs={task.pairs}", statistics.mean(scores), "fraction",
                          f"{task.summary}; {hp['steps']} steps, mean over {len(scores)} seeds", n=task.pairs)
+            state = recall_state_bytes(variant, task, hp)
+            if state is not None:
+                yield Result("recall-state-bytes", MEASURED, f"pairs={task.pairs}", state, "bytes",
+                             f"the decoding state of the task's model at its length {task.length}: {hp['layers']} "
+                             "layer(s) x the plugin's state_bytes formula (float32, one sequence)", n=task.pairs)
+
+
+def recall_state_bytes(variant, task: Task, hp: dict) -> float | None:
+    """What the recall task's model would keep per sequence while decoding at the task's length (None: the variant
+    does not decode or declares no formula): Based's recall-versus-state-size axis."""
+    decoder = variant.decoder
+    if decoder is None or decoder.state_bytes is None:
+        return None
+    return hp["layers"] * float(decoder.state_bytes(1, task.length, hp["d_model"], hp["heads"], itemsize=4,
+                                                    **dict(variant.options)))
 
 
 # --- on the board ---------------------------------------------------------------------------------------
@@ -201,7 +216,8 @@ def section(board) -> zoo.Section:
             "fixed width: more key-value pairs to hold, from a key vocabulary twice their number. Softmax "
             "attention can look each key up exactly; a fixed-size state (linear attention) must compress all "
             f"pairs and is expected to fall behind as they grow. Settings at the largest: {example}."]))
-    plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(curve)) if plot]
+    plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(curve),
+                               _recall_state_plot(quality)) if plot]
     return zoo.Section("Quality", [
         f"From {source}. Accuracy on fresh examples after training with the same budget and hyper-parameters "
         f"({'; '.join(hp) if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}"],
@@ -238,6 +254,37 @@ def _accuracy_plot(board, quality, figures):
     return plots_.save(plt, fig, "accuracy-vs-speed.png")
 
 
+def _recall_state_plot(quality):
+    """Recall at the largest number of pairs against the state the task's model keeps per sequence while decoding,
+    one point per variant that decodes, the Pareto front joined (Based, Arora et al. 2024: the recall a state
+    size buys)."""
+    states = quality[quality.check == "recall-state-bytes"].dropna(subset=["value", "n"])
+    curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
+    if states.empty or curve.empty:
+        return None
+    pairs = int(curve.n.max())
+    recall = curve[curve.n == pairs].groupby("variant").value.last()
+    state = states[states.n == pairs].groupby("variant").value.last()
+    points = pd.DataFrame({"state": state, "recall": recall}).dropna().sort_values(["state", "recall"],
+                                                                                 ascending=[True, False])
+    if points.empty:
+        return None
+    front = points[points.recall > points.recall.cummax().shift(fill_value=-1.0)]
+    plt = plots_.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.step(front.state, front.recall, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
+    for variant, point in points.iterrows():
+        ax.scatter(point.state, point.recall, marker="o" if variant in front.index else "x", s=40, zorder=2)
+    ax.set_xscale("log")
+    plots_.label_points(ax, [(point.state, point.recall, variant) for variant, point in points.iterrows()])
+    ax.set_xlabel("decoding state per sequence of the recall model at the task's length (bytes)")
+    ax.set_ylabel(f"associative recall at {pairs} pairs")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return plots_.save(plt, fig, "recall-vs-state.png")
+
+
 def _recall_plot(curve):
     if curve.empty:
         return None
@@ -265,6 +312,8 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("chance", "the accuracy of guessing, per task", "fraction"),
         zoo.Measure("train-seconds", "training time per task, mean over seeds", "s"),
         zoo.Measure("recall-vs-pairs", "associative recall accuracy at a number of key-value pairs", "fraction"),
+        zoo.Measure("recall-state-bytes", "the decoding state per sequence of that recall task's model at its length, "
+                    "from the plugin's state_bytes formula", "bytes"),
         zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant")),
     profiles=("full",), carried=True, section=section, columns=columns, order=40,
     # the training budget per task; a task whose counted training FLOPs (one step, counted, times the steps)
