@@ -455,6 +455,31 @@ def _per_token_text(board, variant, growth, batch, context: bool) -> str:
     return f"{_fmt_bytes(per_token)} per token" + (" of its context (fixed while it decodes)" if context else "")
 
 
+def columns(board, variant) -> dict:
+    """Beside the rank: what generating a token costs at the longest context timed at the smallest batch, and the
+    state a sequence keeps there (or why the variant does not decode)."""
+    contexts, batches = _contexts(board), _batches(board)
+    if not contexts or not batches:
+        return {}
+    batch = min(batches)
+    timed = board.rows(SUITE)
+    timed = timed[(timed.check == "decode-time") & (timed.versus == "") & (timed.batch == batch)].n.dropna()
+    n = int(timed.max()) if not timed.empty else max(contexts)
+    header = f"decode at context {n}, batch {batch}: time per token (x standard cache decode), state"
+    card = board.card(variant)
+    if not card.get("decoder_growth"):
+        why = card.get("decoder_absent") or "no decoder recorded in this run"
+        return {header: "does not decode " + board.notes.mark(f"{variant}: {why}")}
+    mode, standard = mode_of_card(board, variant), STANDARD[board.kind(variant)]
+    t = board.value(variant, "decode-time", mode, DECODE, n, batch=batch)
+    if t is None:
+        return {header: "not timed " + board.notes.mark(f"{variant}, batch {batch}, context {n}: "
+                                                         + _why_not_timed(board, variant, n, batch))}
+    x = board.value(variant, "decode-ratio", mode, DECODE, n, versus=standard, batch=batch)
+    state = board.value(variant, "state-bytes", mode, DECODE, n, batch=batch)
+    return {header: f"{_fmt_token(t)} ({fmt_x(x)}), {_fmt_bytes(state)}"}
+
+
 def section(board) -> zoo.Section:
     """The inference section: the state each variant keeps, its time per generated token against the standard KV
     cache decode and the machine's read bandwidth, the variants that do not decode and why, the time plot."""
@@ -562,7 +587,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("decode-growth", "time per token at the longest timed context / at the shortest", "ratio"),
         zoo.Measure("state-growth", "counted state at the longest timed context / at the shortest", "ratio"),
         zoo.Measure("read-bandwidth", "this machine's memory read rate, measured in the same process", "GB/s")),
-    section=section, order=35, settle=settle,
+    section=section, columns=columns, order=35, settle=settle,
     settings={
         "batches": (1, 16), "contexts": (1024, 4096), "d_model": 512, "heads": 8,
         # timed generated tokens per cell and process, after untimed ones, in rounds of steps_per_round steps of one
