@@ -10,6 +10,7 @@ correctness suite checks both, and the inference suite times the steps against t
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -34,7 +35,8 @@ class Decoder:
     sequence (p may be 0: tensors of length 0), batch-first like the forward; ``output`` is what the causal
     forward gives at those positions. ``step(module, state, query, key, value, key_mask=None) -> (output,
     state)``: the next position (inputs of length 1), given the state the previous call returned; a state is
-    consumed by the step that advances it (it may share storage with the one returned). ``key_mask``: (batch,
+    consumed by the step that advances it (the step may update it in place or share its storage with the one it
+    returns: a decode that branches, for beam search, clones the state first). ``key_mask``: (batch,
     length) booleans, False for a key nobody may attend to (padding); the decode then equals the causal forward
     under that key-padding mask, a query with no key to attend to giving what the forward gives (zeros for a
     core). ``state``: a dict of tensors (and plain numbers, e.g. the position reached); every tensor in it is
@@ -42,11 +44,11 @@ class Decoder:
     view; see :func:`append`).
 
     ``growth``: how the state grows with context, one of :data:`GROWTHS`. ``state_bytes(batch, context,
-    d_model, num_heads, itemsize, **options)``, where given: the state's bytes after ``context`` tokens (a
-    context decoder: with a context of that length, whatever it decoded) with no
-    key masked, for inputs of ``itemsize`` bytes per element (the run's dtype; a state kept wider than its inputs,
-e.g. a recurrent sum in float32 under bfloat16 inputs, says so: ``max(itemsize, 4)``), checked against the counted
-bytes after every step.
+    d_model, num_heads, itemsize, **options)``, where given: the state's bytes after ``context`` tokens (a context
+    decoder: with a context of that length, whatever it decoded) with no key masked, for inputs of ``itemsize``
+    bytes per element (the run's dtype; a state kept wider than its inputs, e.g. a recurrent sum in float32 under
+    bfloat16 inputs, says so: ``max(itemsize, 4)``); the correctness suite checks it against the counted bytes
+    after every step in float64 and float32.
     ``context``: a cross-attention decoder, whose keys and values are a fixed context given whole to ``prefill``
     (key_mask: its padding); steps then carry the next query only (key and value None) and the outputs equal the
     forward without ``is_causal`` (queries are independent of each other).
@@ -98,57 +100,76 @@ def allocated_bytes(state: dict) -> int:
     return sum(storages.values())
 
 
+GROWTH_FACTOR = 1.25
+"""How much room :func:`append` leaves when it (re)allocates: a quarter more than the live entries (at least
+:data:`MIN_CAPACITY`), so a cache holds at most 1.25x its counted bytes and a step still costs amortised O(1)."""
+MIN_CAPACITY = 8
+_BUFFERS: dict[int, "weakref.ref"] = {}  # the buffers append made, by the address of their storage
+
+
 def append(cache: "torch.Tensor | None", new: "torch.Tensor", dim: int) -> "torch.Tensor":
     """``cache`` extended by ``new`` along ``dim``, in amortised time proportional to ``new``: the result is a view
-    of the live entries of a buffer with room to grow (its capacity doubles when full), so a step writes one token
-    instead of copying the whole cache as ``torch.cat`` would. ``cache`` None (or empty) starts one. The ``cache``
-    passed in is consumed: the result may share its storage."""
+    of the live entries of a buffer with room to grow (a quarter more than it holds, see :data:`GROWTH_FACTOR`),
+    so a step writes one token instead of copying the whole cache as ``torch.cat`` would. ``cache`` None starts one;
+    a tensor append did not make (a slice of the caller's own, say) is copied, never written into. The ``cache``
+    passed in is consumed: the result may share its storage, so append to it once (a step that would branch a
+    decode, for beam search, clones the state first)."""
     dim = dim % new.dim()
+    if cache is not None and (cache.dtype != new.dtype or cache.device != new.device or cache.dim() != new.dim()
+                              or any(a != b for i, (a, b) in enumerate(zip(cache.shape, new.shape)) if i != dim)):
+        raise ValueError(f"append: a {new.dtype} {tuple(new.shape)} tensor on {new.device} does not extend a "
+                         f"{cache.dtype} {tuple(cache.shape)} cache on {cache.device} along dim {dim}")
     length = 0 if cache is None else cache.shape[dim]
     total = length + new.shape[dim]
     buffer = _buffer(cache, dim) if cache is not None else None
     if buffer is None or buffer.shape[dim] < total:
         shape = list(new.shape)
-        shape[dim] = max(16, 2 * total)
+        shape[dim] = max(MIN_CAPACITY, int(total * GROWTH_FACTOR))
         grown = new.new_empty(shape)
         if length:
             grown.narrow(dim, 0, length).copy_(cache)
         buffer = grown
+        _remember(buffer)
     buffer.narrow(dim, length, new.shape[dim]).copy_(new)
     return buffer.narrow(dim, 0, total)
 
 
+def _remember(buffer: "torch.Tensor") -> None:
+    """Record a buffer append made (forgotten when it is freed)."""
+    address = buffer.untyped_storage().data_ptr()
+    reference = weakref.ref(buffer, lambda dead: _BUFFERS.get(address) is dead and _BUFFERS.pop(address, None))
+    _BUFFERS[address] = reference
+
+
 def _buffer(cache: "torch.Tensor", dim: int) -> "torch.Tensor | None":
-    """The whole buffer ``cache`` is the leading part of along ``dim``, where :func:`append` made it (a narrow, from
-    the start, of a contiguous buffer); None for any other tensor (it is then copied into a new buffer)."""
-    inner = 1
-    for size in cache.shape[dim + 1:]:
-        inner *= size
-    elements = cache.untyped_storage().nbytes() // cache.element_size()
-    capacity = (cache.stride(dim - 1) if dim else elements) // max(inner, 1)
-    shape = list(cache.shape)
-    shape[dim] = capacity
-    strides, step = [0] * len(shape), 1
-    for index in range(len(shape) - 1, -1, -1):
-        strides[index], step = step, step * shape[index]
-    if cache.storage_offset() != 0 or list(cache.stride()) != strides or step > elements or capacity < cache.shape[dim]:
+    """The buffer :func:`append` made that ``cache`` is the leading part of along ``dim``; None for any other tensor."""
+    reference = _BUFFERS.get(cache.untyped_storage().data_ptr())
+    buffer = reference() if reference is not None else None
+    if (buffer is None or cache.storage_offset() != 0 or cache.stride() != buffer.stride()
+            or any(a != b for i, (a, b) in enumerate(zip(cache.shape, buffer.shape)) if i != dim)):
         return None
-    return cache.as_strided(shape, strides, 0)
+    return buffer
 
 
 def decode(decoder: Decoder, module, query, key, value, key_mask=None, prefill: int = 0, on_state=None):
     """The decoder run over a whole sequence: a prefill of the first ``prefill`` positions, then one step per
-    position; the outputs concatenated along the sequence (what the forward would return) and the final state.
+    position, each given tensors of its own (copies: a decoder that kept a view of its prompt and wrote past it
+    fails instead of reading the next token there); the outputs concatenated along the sequence (what the forward
+    would return) and the final state.
     ``on_state(state)`` sees the state after the prefill and after every step. For a ``context`` decoder, key,
     value and key_mask are the fixed context and only the queries are split."""
     import torch
 
     n = query.shape[1]
+
+    def part(x, where):
+        return None if x is None else x[:, where].clone()
+
     if decoder.context:
-        output, state = decoder.prefill(module, query[:, :prefill], key, value, key_mask)
+        output, state = decoder.prefill(module, part(query, slice(0, prefill)), key.clone(), value.clone(),
+                                        part(key_mask, slice(None)))
     else:
-        output, state = decoder.prefill(module, query[:, :prefill], key[:, :prefill], value[:, :prefill],
-                                        None if key_mask is None else key_mask[:, :prefill])
+        output, state = decoder.prefill(module, *(part(x, slice(0, prefill)) for x in (query, key, value, key_mask)))
     _expect_state(state, "prefill")
     outputs = [_expect_output(output, query, prefill, "prefill")]
     if on_state is not None:
@@ -156,10 +177,9 @@ def decode(decoder: Decoder, module, query, key, value, key_mask=None, prefill: 
     for position in range(prefill, n):
         token = slice(position, position + 1)
         if decoder.context:
-            output, state = decoder.step(module, state, query[:, token], None, None, None)
+            output, state = decoder.step(module, state, part(query, token), None, None, None)
         else:
-            output, state = decoder.step(module, state, query[:, token], key[:, token], value[:, token],
-                                         None if key_mask is None else key_mask[:, token])
+            output, state = decoder.step(module, state, *(part(x, token) for x in (query, key, value, key_mask)))
         _expect_state(state, f"step at position {position}")
         outputs.append(_expect_output(output, query, 1, f"step at position {position}"))
         if on_state is not None:

@@ -96,3 +96,31 @@ def peak_memory(fn: Callable[[], object]) -> int:
     with PeakMemory() as tracker:
         fn()
     return tracker.peak
+
+
+class BytesRead(TorchDispatchMode):
+    """The bytes of the tensors every op inside it reads, each distinct tensor (storage, offset, shape and strides)
+    once: what a call must bring from memory if nothing were cached. A view op reads nothing (it only describes
+    memory), so a slice of a large buffer counts as the slice where an op reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple] = set()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view:
+            for leaf in tree_leaves((args, kwargs)):
+                if isinstance(leaf, torch.Tensor) and leaf.device.type != "meta" and leaf.numel():
+                    key = (leaf.untyped_storage().data_ptr(), leaf.storage_offset(), tuple(leaf.shape), leaf.stride())
+                    if key not in self.seen:
+                        self.seen.add(key)
+                        self.total += leaf.numel() * leaf.element_size()
+        return func(*args, **(kwargs or {}))
+
+
+def bytes_read(fn: Callable[[], object]) -> int:
+    """Bytes one call of ``fn`` reads (see :class:`BytesRead`; deterministic, device-agnostic)."""
+    with BytesRead() as counter:
+        fn()
+    return counter.total

@@ -203,6 +203,25 @@ def on_the_module(module, state, query, key, value, key_mask=None):
     return out, {"position": 0}
 
 
+def concatenated(module, state, query, key, value, key_mask=None):
+    """A cache grown by torch.cat: right outputs and bytes, but the whole cache copied at every token."""
+    q, k, v = module.heads(query, key, value)
+    if state:
+        k, v = torch.cat([state["k"], k], 2), torch.cat([state["v"], v], 2)
+    mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril(k.shape[2] - q.shape[2])
+    return merge_heads(masked_sdpa(q, k, v, mask)), {"k": k, "v": v}
+
+
+def nan_when_nothing_to_see(module, state, query, key, value, key_mask=None):
+    """A hand-written masked softmax: NaN for a query all of whose keys so far are padding."""
+    q, k, v = module.heads(query, key, value)
+    out, state = cached_attention(state, q, k, v, key_mask)
+    if "key_mask" in state:
+        seen = state["key_mask"].any(dim=1)  # (batch,)
+        out = out.masked_fill(~seen[:, None, None, None], float("nan"))
+    return merge_heads(out), state
+
+
 def rotate(x, positions):
     """Rotate-half rotary embedding of (batch, heads, seq, d) at the given absolute positions."""
     half = x.shape[-1] // 2
@@ -390,6 +409,10 @@ FINELY_BROKEN = [
     ("decoding", Attention, {"decoder": decoder(shared_by_rows)}),
     ("decoding-state", Attention, {"decoder": decoder(sdpa_step, state_bytes=lambda batch, context, d_model, *_, **__:
                                                       batch * context * d_model * 8)}),  # the keys only: half
+    ("decoding-state", Attention, {"decoder": decoder(sdpa_step, state_bytes=lambda batch, context, d_model, *_, **__:
+                                                      2 * batch * context * d_model * 8)}),  # right in float64 only
+    ("decoding-state", Attention, {"decoder": decoder(concatenated)}),
+    ("decoding", Attention, {"decoder": decoder(nan_when_nothing_to_see)}),
 ]
 
 

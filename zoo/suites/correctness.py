@@ -360,7 +360,9 @@ def check_approximation(variant, profile):
                      + f" ({approximation.describe(errors)})", n=APPROXIMATION_LENGTH, mode=mode)
 
 
-DECODE_LENGTH = 10  # positions a decode runs over on the check's small shapes (check_options: a window below it)
+DECODE_LENGTH = 20  # positions a decode runs over on the check's small shapes (check_options: a window below it):
+# past zoo.decoding.append's first regrowth
+LEFT_PADDING = 3  # the padded case's first row masks its first keys: its first queries may attend to nothing
 
 
 def _decode_case(variant, mask: str | None) -> Case:
@@ -374,10 +376,13 @@ def _decode_case(variant, mask: str | None) -> Case:
                 options=dict(variant.check_options), **dims)
 
 
-def _decode_setup(variant, mask, seed):
-    """The module, inputs, key-padding mask (batch, k_len) and the forward the decode must equal."""
+def _decode_setup(variant, mask, seed, dtype=torch.float64):
+    """The module, inputs, key-padding mask (batch, k_len) and the forward the decode must equal; with a mask the
+    first sequence is left-padded, as a batch of prompts of different lengths is."""
     case = _decode_case(variant, mask)
-    module, (q, k, v, attn_mask) = _setup(variant, case, seed)
+    module, (q, k, v, attn_mask) = _setup(variant, case, seed, dtype)
+    if attn_mask is not None:
+        attn_mask[0, ..., :LEFT_PADDING] = False
     with torch.no_grad():
         expected = module(q, k, v, attn_mask=attn_mask, is_causal=case.causal)
     return case, module, (q, k, v), None if attn_mask is None else attn_mask[:, 0, 0], expected
@@ -390,7 +395,8 @@ def _not_decoding(check: str, variant) -> Result | None:
 
 def check_decoding(variant, profile):
     """A prefill of p positions then one step per position equals the causal forward (a context decoder: the forward
-    over its context), for p in {0, 1, n/2, n - 1}, with and without a key-padding mask, three sequences at once."""
+    over its context), for p in {0, 1, n/2, n - 1}, without and (where the variant takes masks) with a key-padding
+    mask that leaves a sequence's first queries nothing to attend to, three sequences at once."""
     skipped = _not_decoding("decoding", variant)
     if skipped:
         yield skipped
@@ -427,27 +433,42 @@ def _growth_problem(growth: str, counted: list[int]) -> str | None:
             return f"declared to grow until its window is full and then stay, but the steps added {steps} bytes"
         if len(grows) == len(steps):
             return (f"declared to stop growing at its window, but it grew at every one of the {len(steps)} steps "
-                    "(set check_options to a window below the check's length, 10)")
+                    f"(set check_options to a window below the check's length, {DECODE_LENGTH})")
     return None
 
 
+def _storages(state: dict) -> dict[str, int]:
+    """Where each tensor of a state lives (its storage's address), by name."""
+    return {name: value.untyped_storage().data_ptr() for name, value in state.items() if isinstance(value, torch.Tensor)}
+
+
 def check_decoding_state(variant, profile):
-    """The state's counted bytes, token by token: growing as declared (a cache by one token's worth per step, a
-    fixed state never, a window's cache not past its window) and equal to the declared formula where one is given;
-    the same after a prefill of p tokens as after p steps."""
+    """The state's counted bytes, token by token, in float64 and float32: growing as declared (a cache by one
+    token's worth per step, a fixed state never, a window's cache not past its window), equal to the declared
+    formula at that element size where one is given, the same after a prefill of p tokens as after p steps; and no
+    tensor of it moved to new storage at more than every other step (a cache copied whole per token, as torch.cat
+    does, makes generation quadratic)."""
     skipped = _not_decoding("decoding-state", variant)
     if skipped:
         yield skipped
         return
     decoder = variant.decoder
-    for seed in _seeds(profile, 12)[:1]:  # the bytes depend on shapes, not values
-        case, module, (q, k, v), _, _ = _decode_setup(variant, None, seed)
-        counted, after_prefill = [], []
+    seed = _seeds(profile, 12)[0]  # the bytes depend on shapes, not values
+    for dtype in (torch.float64, torch.float32):
+        case, module, (q, k, v), _, _ = _decode_setup(variant, None, seed, dtype)
+        counted, after_prefill, moves, last = [], [], {}, {}
+
+        def watch(state):
+            counted.append(decoding.counted_bytes(state))
+            for name, address in _storages(state).items():
+                moves[name] = moves.get(name, -1) + (last.get(name) != address)
+                last[name] = address
+
         with torch.no_grad():
-            decoding.decode(decoder, module, q, k, v, None, 0, lambda state: counted.append(decoding.counted_bytes(state)))
+            decoding.decode(decoder, module, q, k, v, None, 0, watch)
             decoding.decode(decoder, module, q, k, v, None, DECODE_LENGTH // 2,
                             lambda state: after_prefill.append(decoding.counted_bytes(state)))
-        setting, params = case.describe(), case.params()
+        setting, params = f"{case.describe()} {str(dtype).removeprefix('torch.')}", {**case.params(), "dtype": str(dtype)}
         problem = _growth_problem(decoder.growth, counted)
         yield Result("decoding-state", FAILED if problem else PASSED, f"{setting} growth={decoder.growth}",
                      counted[-1], "bytes", problem or "", params=params)
@@ -455,16 +476,22 @@ def check_decoding_state(variant, profile):
             yield Result("decoding-state", FAILED, f"{setting} prefill={DECODE_LENGTH // 2}", after_prefill[0], "bytes",
                          f"a prefill of {DECODE_LENGTH // 2} tokens left {after_prefill[0]} bytes, "
                          f"{DECODE_LENGTH // 2} steps {counted[DECODE_LENGTH // 2]}", params=params)
+        copied = {name: count for name, count in moves.items() if count > DECODE_LENGTH // 2}
+        yield Result("decoding-state", FAILED if copied else PASSED, f"{setting} storage", max(moves.values(), default=0),
+                     "moves", "" if not copied else f"state tensors {sorted(copied)} moved to new storage at "
+                     f"{max(copied.values())} of {DECODE_LENGTH} steps: copied whole per token (use "
+                     "zoo.decoding.append or update in place)", params=params)
         if decoder.state_bytes is not None:  # a context decoder's state is its context's, whatever it decoded
             options = variant.resolve_options(case.options)
+            itemsize = torch.finfo(dtype).bits // 8
             declared = [float(decoder.state_bytes(case.batch, case.k_len if decoder.context else context, case.d_model,
-                                                  case.num_heads, itemsize=8, **options))
+                                                  case.num_heads, itemsize=itemsize, **options))
                         for context in range(len(counted))]
             off = [(context, want, got) for context, (want, got) in enumerate(zip(declared, counted)) if want != got]
             yield Result("decoding-state", FAILED if off else PASSED, f"{setting} state_bytes formula", counted[-1],
                          "bytes", "" if not off else f"counted {off[0][2]} bytes after {off[0][0]} tokens, the "
-                         f"declared state_bytes gives {off[0][1]:g} ({len(off)} of {len(counted)} contexts differ)",
-                         params=params)
+                         f"declared state_bytes (itemsize {itemsize}) gives {off[0][1]:g} ({len(off)} of {len(counted)} "
+                         "contexts differ)", params=params)
 
 
 def check_decoding_isolation(variant, profile):
@@ -534,9 +561,10 @@ CHECKS = [
     Check("deterministic", SUITE, "two identical calls give identical outputs", check_deterministic),
     Check("large-magnitude", SUITE, "finite outputs for inputs scaled by 1e4", check_large_magnitude),
     Check("decoding", SUITE, "a prefill then one step per token equals the causal forward (float64), with and "
-          "without key padding, at every prefill length", check_decoding),
-    Check("decoding-state", SUITE, "the decoder's state grows as declared (per token, up to a window, or fixed) "
-          "and equals its state_bytes formula", check_decoding_state),
+          "without key padding, at prefills of 0, 1, n/2 and n - 1 tokens", check_decoding),
+    Check("decoding-state", SUITE, "the decoder's state grows as declared (per token, up to a window, or fixed), "
+          "equals its state_bytes formula in float64 and float32, and is not copied whole per token",
+          check_decoding_state),
     Check("decoding-isolation", SUITE, "two sequences decoded side by side do not share state",
           check_decoding_isolation),
     Check("approximation", SUITE, "an approximation beats the trivial answer (each query's mean of the values) "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,7 @@ from zoo import decoding
 from zoo import plots as plots_
 from zoo.board import Footnotes, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
-from zoo.measure import count_flops
+from zoo.measure import bytes_read, count_flops
 from zoo.plan import extrapolate
 from zoo.timing import figure
 
@@ -46,14 +47,15 @@ def mode_of(variant) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def read_bandwidth(threads: int, device: str = "cpu", mib: int = 256) -> float:
-    """This machine's memory read rate in bytes/s, measured now: a sum over a float32 buffer of ``mib`` MiB, larger
-    than any cache level, so every byte comes from memory (the ceiling a decode step, which reads its whole state
-    and the weights once, can approach)."""
-    buffer = torch.ones(mib * 2 ** 20 // 4, device=device)
+def read_bandwidth(threads: int, device: str = "cpu", mib: int = 256) -> tuple[float, int]:
+    """This machine's memory read rate in bytes/s, measured now, and the buffer's size: a sum over a float32 buffer
+    of ``mib`` MiB and at least four times the last-level cache, so every byte comes from memory (the ceiling a
+    decode step, which reads its whole state and the weights once, can approach)."""
+    size = max(mib * 2 ** 20, 4 * last_level_cache_bytes(device))
+    buffer = torch.ones(size // 4, device=device)
     seconds = Timer("buffer.sum()", globals={"buffer": buffer}, num_threads=threads).blocked_autorange(
         min_run_time=0.3).median
-    return buffer.numel() * 4 / seconds
+    return buffer.numel() * 4 / seconds, size
 
 
 class StandardDecode:
@@ -105,14 +107,6 @@ class StandardDecode:
         """The filled part of the cache."""
         return 2 * self.keys[:, :, :self.length].numel() * self.keys.element_size()
 
-    def weight_bytes(self) -> int:
-        """What a step reads besides the cache: the projections' weights (none for a core)."""
-        return 0 if self.mha is None else sum(p.numel() * p.element_size() for p in self.mha.parameters())
-
-
-def _weight_bytes(module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters())
-
 
 def prefill_gflop(variant, batch: int, context: int, d_model: int, heads: int) -> float:
     """The predicted FLOPs of a prefill, in GFLOP: the plugin's analytic count of the forward over the context
@@ -155,9 +149,25 @@ def planned_out(variant, settings, profile, batch: int, context: int) -> str | N
 
 @functools.lru_cache(maxsize=1)
 def _flush_buffer(mib: int, device) -> torch.Tensor:
-    """A buffer larger than the CPU's last-level cache: reading it before a round evicts what the other decode's
-    round left there, so a small state is not timed warm beside a small cache and cold beside a large one."""
-    return torch.ones(mib * 2 ** 20 // 4, device=device)
+    """A buffer larger than the last-level cache (``mib``, at least twice the cache this machine reports): reading
+    it before a step evicts what the last step of either decode left there, so a small state is timed as it is
+    read in a model, from memory, and not warm beside a small cache and cold beside a large one."""
+    return torch.ones(max(mib * 2 ** 20, 2 * last_level_cache_bytes(device)) // 4, device=device)
+
+
+def last_level_cache_bytes(device) -> int:
+    """The size of the largest cache of the device (the CPU's from sysfs, a GPU's L2), 0 where none is reported."""
+    if str(device).startswith("cuda"):
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip()
+        try:
+            sizes.append(int(text[:-1]) * {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}[text[-1]] if text[-1] in "KMG"
+                         else int(text))
+        except (ValueError, OSError):
+            continue
+    return max(sizes, default=0)
 
 
 _PROMPTS: dict[tuple, torch.Tensor] = {}
@@ -182,57 +192,50 @@ def _cell(variant, settings, profile, batch: int, context: int):
     torch.manual_seed(profile.seed)
     module = zoo.build(variant, d_model=settings.d_model, num_heads=settings.heads).to(device, dtype).eval()
     torch.manual_seed(profile.seed)
-    steps = settings.warmup_steps + settings.steps
+    steps = settings.warmup_steps + 1 + settings.steps  # one more, untimed, counts the bytes a step reads
     standard = StandardDecode(variant.tags.has_parameters, batch, settings.d_model, settings.heads,
                               context + (0 if decoder.context else steps), device, dtype)
-    prompt = [_prompt(settings, profile, batch, context)] * 3
-    tokens = [[torch.randn(batch, 1, settings.d_model, generator=generator).to(device, dtype)] * 3 for _ in range(steps)]
-    first = prompt[0][:, :0] if decoder.context else prompt[0]
+    prompt = _prompt(settings, profile, batch, context).clone()  # the decoder's own: it may keep it
+    tokens = [torch.randn(batch, 1, settings.d_model, generator=generator).to(device, dtype) for _ in range(steps)]
     with torch.no_grad():
         started = synchronized_clock()
-        _, state = decoder.prefill(module, first, prompt[1], prompt[2], None)
+        _, state = decoder.prefill(module, prompt[:, :0] if decoder.context else prompt, prompt, prompt, None)
         prefill_seconds = synchronized_clock() - started
-        standard.fill(prompt[1], prompt[2])
-        state_bytes, allocated = decoding.counted_bytes(state), decoding.allocated_bytes(state)
-        standard_bytes = standard.state_bytes()
+        standard.fill(prompt, prompt)
         holder = [state]
 
         def mine(token):
-            q, k, v = token
-            _, holder[0] = (decoder.step(module, holder[0], q, None, None, None) if decoder.context else
-                            decoder.step(module, holder[0], q, k, v, None))
+            _, holder[0] = (decoder.step(module, holder[0], token, None, None, None) if decoder.context else
+                            decoder.step(module, holder[0], token, token, token, None))
 
         def theirs(token):
-            standard.step(*token, decoder.context)
+            standard.step(token, token, token, decoder.context)
 
-        samples = {variant.name: [], STANDARD[variant.kind]: []}
         calls = {variant.name: mine, STANDARD[variant.kind]: theirs}
-        for who, call in calls.items():
+        state_bytes = {variant.name: decoding.counted_bytes(state), STANDARD[variant.kind]: standard.state_bytes()}
+        allocated = decoding.allocated_bytes(state)
+        for call in calls.values():
             for token in tokens[:settings.warmup_steps]:
                 call(token)
-        size = settings.steps_per_round
-        timed = tokens[settings.warmup_steps:]
+        counted = {who: bytes_read(functools.partial(call, tokens[settings.warmup_steps])) for who, call in calls.items()}
+        samples = {who: [] for who in calls}
         flush = _flush_buffer(settings.flush_mib, device)
-        for index in range(len(timed) // size):
-            order = list(calls) if index % 2 == 0 else list(calls)[::-1]  # ABBA: what one leaves falls on both
-            for who in order:
-                flush.sum()  # every round starts from memory, not from what the other decode left in the caches
+        for index, token in enumerate(tokens[settings.warmup_steps + 1:]):
+            for who in (list(calls) if index % 2 == 0 else list(calls)[::-1]):  # ABBA: what one leaves falls on both
+                flush.sum()  # each step starts from memory, as in a model whose other layers ran in between
                 started = synchronized_clock()
-                for token in timed[index * size:(index + 1) * size]:
-                    calls[who](token)
-                samples[who].append((synchronized_clock() - started) / size)
-    return dict(samples=samples, prefill=prefill_seconds,
-                state={variant.name: state_bytes, STANDARD[variant.kind]: standard_bytes}, allocated=allocated,
-                weights={variant.name: _weight_bytes(module), STANDARD[variant.kind]: standard.weight_bytes()})
+                calls[who](token)
+                samples[who].append(synchronized_clock() - started)
+    return dict(samples=samples, prefill=prefill_seconds, state=state_bytes, allocated=allocated, read=counted)
 
 
 def run_inference(variant, profile):
     """The inference check: every planned (batch, context) cell, its state, prefill and time per generated token."""
     settings = profile.of(SUITE)
     torch.set_num_threads(profile.threads)
-    bandwidth = read_bandwidth(profile.threads, profile.device, settings.bandwidth_mib)
-    yield Result("read-bandwidth", MEASURED, f"sum over a {settings.bandwidth_mib} MiB float32 buffer, "
-                 f"{profile.threads} threads", bandwidth / 1e9, "GB/s")
+    bandwidth, size = read_bandwidth(profile.threads, profile.device, settings.bandwidth_mib)
+    yield Result("read-bandwidth", MEASURED, f"sum over a {size / 2 ** 20:g} MiB float32 buffer, {profile.threads} "
+                 "threads", bandwidth / 1e9, "GB/s")
     reason = decoding.why_not(variant)
     if reason:
         yield Result("decode-time", SKIPPED, detail=reason)
@@ -256,9 +259,13 @@ def run_inference(variant, profile):
             timed_here += states
             yield from states
             yield Result("prefill-time", MEASURED, setting, cell["prefill"], "s", f"one prefill of {context} tokens "
-                         "(its first call)", **{**tag, "phase": PREFILL})
+                         "(its first call)", samples=[cell["prefill"]], **{**tag, "phase": PREFILL})
+            for who, read in cell["read"].items():
+                yield Result("step-bytes", MEASURED, setting, read, "bytes", "counted: every tensor one step's ops "
+                             "read (state, weights, the token), each once", versus="" if who == variant.name else who,
+                             **tag)
             rows = list(_timed_rows(variant, setting, tag, {who: {0: s} for who, s in cell["samples"].items()},
-                                    cell["state"], cell["weights"], [bandwidth]))
+                                    cell["read"], [bandwidth]))
             timed_here += rows
             yield from rows
         yield from _growth_rows(variant, batch, mode, timed_here)
@@ -268,38 +275,38 @@ def run_inference(variant, profile):
 def _state_rows(variant, setting, tag, cell):
     """The state the prompt left, counted, beside the standard cache's."""
     mine, theirs = cell["state"][variant.name], cell["state"][STANDARD[variant.kind]]
-    yield Result("state-bytes", MEASURED, setting, mine, "bytes", f"counted after the prefill: every tensor of the "
-                 f"state at its live size ({cell['allocated']} bytes of storage behind it)", **tag)
+    yield Result("state-bytes", MEASURED, setting, mine, "bytes", "counted after the prefill: every tensor of the "
+                 "state at its live size", **tag)
+    yield Result("state-allocated", MEASURED, setting, cell["allocated"], "bytes", "the storage behind the state's "
+                 "tensors, room to grow included", **tag)
     yield Result("state-bytes", MEASURED, setting, theirs, "bytes", "the filled part of its KV cache",
                  versus=STANDARD[variant.kind], **tag)
     yield Result("state-ratio", MEASURED, setting, mine / theirs if theirs else None, "ratio",
                  "the variant's state / the standard KV cache's", versus=STANDARD[variant.kind], **tag)
 
 
-DERIVED = {"decode-time", "decode-ratio", "decode-between", "step-bytes", "read-fraction", "decode-tokens-per-s",
-           "decode-growth", "state-growth"}
+DERIVED = {"decode-time", "decode-ratio", "decode-between", "read-fraction", "decode-tokens-per-s", "decode-growth",
+           "state-growth", "prefill-time"}
 """Rows derived from a cell's timed steps: :func:`combine` derives them again from every process's."""
 
 
-def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[float]]], state, weights, bandwidths):
+def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[float]]], read, bandwidths):
     """A cell's figures from the per-step times (callable -> process -> its steps there): times, ratios per pair of
-    turns, the spread between processes, the bytes a step reads and their rate against the read bandwidth."""
+    turns, the spread between processes, and the rate the bytes a step reads (``read``, counted) are read at
+    against the read bandwidth."""
     bandwidth = statistics.median(bandwidths)
     standard = STANDARD[variant.kind]
     for who in (variant.name, standard):
         times = per_process[who]
         versus = "" if who == variant.name else who
         timed = figure([times[p] for p in sorted(times)])
-        read = state[who] + weights[who]
         yield Result("decode-time", MEASURED, setting, timed.value, "s", f"per generated token: median of "
                      f"{len(timed.samples)} rounds of steps in {timed.processes} process(es); IQR {timed.iqr:.3g} s",
                      samples=timed.samples, low=timed.low, high=timed.high, versus=versus, **tag)
         if timed.between is not None:
             yield Result("decode-between", MEASURED, setting, timed.between, "(max-min)/median",
                          f"spread of {timed.processes} processes' medians", versus=versus, **tag)
-        yield Result("step-bytes", MEASURED, setting, read, "bytes", "what a step must read: its state and weights",
-                     versus=versus, **tag)
-        yield Result("read-fraction", MEASURED, setting, read / timed.value / bandwidth, "fraction",
+        yield Result("read-fraction", MEASURED, setting, read[who] / timed.value / bandwidth, "fraction",
                      f"step bytes / time per token / read bandwidth ({bandwidth / 1e9:.3g} GB/s)", versus=versus, **tag)
         yield Result("decode-tokens-per-s", MEASURED, setting, tag["batch"] * len(timed.samples) / sum(timed.samples),
                      "tokens/s", "generated tokens (every sequence of the batch) over the timed steps' total time",
@@ -344,13 +351,17 @@ def _formula_rows(variant, settings, profile, mode):
 
 def combine(variant, profile, rows_by_process: list[list[Result]]):
     """The inference check's rows from several processes' (``Check.combine``): each cell's time per token and ratio
-    derived again from every process's steps, the read bandwidth the median of theirs; every other row (states,
-    prefills, plans) as the first process gave it, and an error of a later process kept unless the first met it."""
+    derived again from every process's steps, its prefill time from every process's prefill, the read bandwidth
+    the median of theirs; every other row (states, counted bytes, plans) as the first process gave it, and an error
+    of a later process kept unless the first met it."""
     steps: dict[tuple, dict[str, dict[int, list[float]]]] = {}
+    prefills: dict[tuple, list[list[float]]] = {}
     for process, rows in enumerate(rows_by_process):
         for row in rows:
             if row.check == "decode-time" and row.status == MEASURED and row.samples:
                 steps.setdefault((row.batch, row.n), {}).setdefault(row.versus or variant.name, {})[process] = row.samples
+            elif row.check == "prefill-time" and row.status == MEASURED and row.value is not None:
+                prefills.setdefault((row.batch, row.n), []).append([row.value])
     bandwidths = [row.value * 1e9 for rows in rows_by_process for row in rows if row.check == "read-bandwidth"
                   and row.value]
     first = rows_by_process[0]
@@ -359,26 +370,29 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
         if row.check == "read-bandwidth" and bandwidths:
             row = dataclasses.replace(row, value=statistics.median(bandwidths) / 1e9, samples=[b / 1e9 for b in bandwidths],
                                       detail=f"median of {len(bandwidths)} processes' measurements (samples: each's)")
+        elif row.check == "prefill-time" and row.status == MEASURED:
+            pooled = figure(prefills[(row.batch, row.n)])
+            row = dataclasses.replace(row, value=pooled.value, samples=pooled.samples, low=pooled.low, high=pooled.high,
+                                      detail=f"one prefill of {row.n} tokens (its first call) in each of "
+                                             f"{pooled.processes} processes: their median")
+            kept.append(row)
+            continue
         if row.check not in DERIVED or row.status != MEASURED:
             kept.append(row)
     seen = {(row.check, row.setting, row.detail) for row in kept if row.status == ERROR}
     kept += [row for rows in rows_by_process[1:] for row in rows
              if row.status == ERROR and (row.check, row.setting, row.detail) not in seen]
-    state = {(row.batch, row.n, row.versus or variant.name): row.value for row in first
-             if row.check == "state-bytes" and row.status == MEASURED and not (row.params or {}).get("source")}
-    weights = {(row.batch, row.n, row.versus or variant.name): row.value - state.get((row.batch, row.n,
-                                                                                       row.versus or variant.name), 0)
-               for row in first if row.check == "step-bytes" and row.status == MEASURED}
+    read = {(row.batch, row.n, row.versus or variant.name): row.value for row in first
+            if row.check == "step-bytes" and row.status == MEASURED}
     timed: dict[int, list[Result]] = {}
     for (batch, context), per_process in steps.items():
         if 0 not in per_process.get(variant.name, {}):  # the cells the first process timed
             continue
         setting, tag = f"batch={batch} context={context}", dict(n=context, mode=mode_of(variant), phase=DECODE,
                                                                  batch=batch)
-        who = list(per_process)
         timed.setdefault(batch, []).extend(_timed_rows(
-            variant, setting, tag, per_process, {w: state[(batch, context, w)] for w in who},
-            {w: weights[(batch, context, w)] for w in who}, bandwidths or [float("nan")]))
+            variant, setting, tag, per_process, {who: read[(batch, context, who)] for who in per_process},
+            bandwidths or [float("nan")]))
     for batch, rows in timed.items():
         counted = [row for row in kept if row.check == "state-bytes" and row.batch == batch and not row.params]
         kept += rows + list(_growth_rows(variant, batch, mode_of(variant), rows + counted))
@@ -528,23 +542,25 @@ def section(board) -> zoo.Section:
                                        is not None else "") + ")" + (f" {marks}" if marks else ""))
             times.append(row)
     bandwidth = rows[rows.check == "read-bandwidth"].value.dropna()
+    setting = rows[rows.check == "read-bandwidth"].setting.dropna()
     text = [
         "Decoding token by token after a prompt of each context length: the state a sequence keeps (every tensor of "
         "it counted; beyond the timed contexts from the plugin's state_bytes formula, which the correctness suite "
-        "checks against the counted bytes token by token) and the time per generated token: "
-        f"{settings.steps} steps per process after {settings.warmup_steps} untimed ones, in rounds of "
-        f"{settings.steps_per_round} taking turns with the standard decode, each round after a read of a "
-        f"{getattr(settings, 'flush_mib', '?')} MiB buffer so it starts from memory, not from what the other decode left "
-        "in the CPU's caches (the median over every process's rounds): "
-        f"{STANDARD_LABELS[SDPA_CACHE]} for cores, {STANDARD_LABELS[MHA_CACHE]} for layers, same shapes "
-        f"(d_model {settings.d_model}, {settings.heads} heads, {board.settings.get('dtype', 'float32')}). In brackets: "
-        "the ratio to that standard decode and the bytes a step must read (state and weights) per second as a "
+        "checks against the counted bytes token by token) and the time per generated token: the median over "
+        f"{settings.steps} steps per process (after {settings.warmup_steps} untimed ones) taking turns step by step "
+        "with the standard decode, each step after a read of a buffer larger than the CPU's caches, so it starts from "
+        "memory as in a model whose other layers ran in between: "
+        f"{STANDARD_LABELS[SDPA_CACHE]} for cores, {STANDARD_LABELS[MHA_CACHE]} for layers, at the same d_model "
+        f"({settings.d_model}), heads ({settings.heads}, each with its own keys and values: a variant that keeps "
+        f"fewer, grouped- or multi-query, is compared with the multi-head cache it replaces) and "
+        f"{board.settings.get('dtype', 'float32')}. In brackets: the ratio to that standard decode and the bytes a "
+        "step reads (counted: every tensor its ops read, each once: state, weights, the token) per second as a "
         "fraction of this machine's read bandwidth "
-        + (f"({statistics.median(bandwidth):.3g} GB/s, a sum over a {settings.bandwidth_mib} MiB buffer, measured in "
-           f"the same processes)" if not bandwidth.empty else "(not measured)")
-        + ": decoding reads its whole state once per token, so that is its limit; what is left of a step beyond it is "
-        "compute and framework overhead (a fraction over 100% means the step read less than its whole state from "
-        "memory: a sparse step reads some of its blocks, a small state stays in the CPU's caches). *varies*: the figure's interval (every process's median, at least the steps' "
+        + (f"({statistics.median(bandwidth):.3g} GB/s, {setting.iloc[0]}, measured in the same processes)"
+           if not bandwidth.empty else "(not measured)")
+        + ": decoding reads its whole state once per token, so that is its limit, and at batch 1 what is left of a "
+        "step beyond it (1 - the fraction) is compute and framework overhead; over 100%, part of what the step read "
+        "was still in the CPU's caches. *varies*: the figure's interval (every process's median, at least the steps' "
         "interquartile range) is wider than the run's threshold.",
     ]
     tables = [zoo.Table("State each sequence keeps", [], states),
@@ -581,7 +597,8 @@ SUITE_DEFINITION = zoo.Suite(
                     "standard decode's, in turns with it)", "s"),
         zoo.Measure("decode-ratio", "time per token / the standard decode's, median of per-turn ratios", "ratio"),
         zoo.Measure("decode-between", "spread of the processes' medians of the time per token", "(max-min)/median"),
-        zoo.Measure("step-bytes", "what a step must read: the state and the weights", "bytes"),
+        zoo.Measure("step-bytes", "the bytes one step reads, counted: every tensor its ops read, each once", "bytes"),
+        zoo.Measure("state-allocated", "the storage behind the state's tensors, room to grow included", "bytes"),
         zoo.Measure("read-fraction", "step bytes / time per token / the measured read bandwidth", "fraction"),
         zoo.Measure("decode-tokens-per-s", "generated tokens per second, every sequence of the batch", "tokens/s"),
         zoo.Measure("decode-growth", "time per token at the longest timed context / at the shortest", "ratio"),
@@ -590,21 +607,20 @@ SUITE_DEFINITION = zoo.Suite(
     section=section, columns=columns, order=35, settle=settle,
     settings={
         "batches": (1, 16), "contexts": (1024, 4096), "d_model": 512, "heads": 8,
-        # timed generated tokens per cell and process, after untimed ones, in rounds of steps_per_round steps of one
-        # decode then of the other (a figure's samples are its rounds' times per token)
-        "steps": 48, "warmup_steps": 8, "steps_per_round": 4,
+        # timed generated tokens per cell and process, each step after a flush of the caches, the two decodes taking
+        # turns step by step, after untimed ones
+        "steps": 32, "warmup_steps": 8,
         # the plan: a cell is not timed where its prefill or its state is predicted to exceed these (no clock decides)
         "max_prefill_gflop": 120.0, "max_state_gib": 2.0, "max_prefill_tokens": 16384,
         "state_contexts": (16384, 32768),  # contexts the state is stated at beyond the timed ones (formula)
         "bandwidth_mib": 256,
-        "flush_mib": 64,  # read before every timed round: more than the last-level cache (32 MiB on the 2-core box)
+        "flush_mib": 64,  # read before every timed step (at least twice the last-level cache the machine reports)
         "interval_threshold": 0.1,  # a time per token whose interval is wider than this fraction is marked varies
     },
     presets={
         "full": {"contexts": (1024, 2048, 4096, 8192, 16384, 32768), "steps": 256, "warmup_steps": 8,
-                 "max_prefill_gflop": 4000.0, "max_state_gib": 8.0, "max_prefill_tokens": None},
+                 "max_prefill_gflop": 12000.0, "max_state_gib": 8.0, "max_prefill_tokens": None},
         "smoke": {"batches": (1, 2), "contexts": (64, 128), "d_model": 64, "heads": 2, "steps": 8, "warmup_steps": 1,
-                  "steps_per_round": 2,
                   "state_contexts": (1024,), "bandwidth_mib": 32, "flush_mib": 4},
     })
 
