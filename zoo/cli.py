@@ -46,6 +46,15 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _decoding_text(variant) -> str:
+    """How ``zoo show`` says a variant decodes: its state's growth, its fixed context, or why it does not."""
+    if variant.decoder is None:
+        return f"no: {why_not(variant)}"
+    if variant.decoder.context:
+        return "yes, over its context's keys and values (cached once, fixed while it decodes)"
+    return f"yes, {variant.decoder.growth} state ({GROWTHS[variant.decoder.growth]})"
+
+
 def _accuracy(variant) -> str:
     return f"approximates {variant.approximates}" if variant.approximates else "exact"
 
@@ -62,7 +71,7 @@ def cmd_show(args) -> int:
     print("  capabilities:")
     for tag, value in v.tags.describe().items():
         print(f"    {tag:<26} {'yes' if value else 'no'}")
-    print(f"  decoding:   {v.decoder.growth + ' state (' + GROWTHS[v.decoder.growth] + ')' if v.decoder else 'no: ' + why_not(v)}")
+    print(f"  decoding:   {_decoding_text(v)}")
     print("  options:" + ("" if v.options else " none"))
     for key, default in v.options.items():
         print(f"    {key} = {default!r}")
