@@ -64,6 +64,8 @@ class BlockSparseAttention(nn.Module):
         return sorted(set(near) | set(range(min(self.global_blocks, blocks))) | set(drawn))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        if query.shape[1] == 0:
+            return value * 0.0  # an empty sequence: no blocks, and an output still in the graph
         q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
         batch, heads, n, width = q.shape
         block = self.block
@@ -229,6 +231,18 @@ def zoo_register_variants(register):
         summary="BigBird block-sparse attention: neighbouring, global and random key blocks, gathered per query block.",
         family="sparse",
         citation="Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences",
+        departures=(
+            zoo.Departure("substitution",
+                          "only the first global_blocks blocks are global; BigBird-ITC makes the first and the last block global"),
+            zoo.Departure("substitution",
+                          "random blocks drawn once per module from a seed, the same for every head and sequence; BigBird draws per head"),
+            zoo.Departure("convention",
+                          "window counts blocks on each side (window=1: 3 blocks); BigBird's w is the total width"),
+            zoo.Departure("substitution", "defaults of 1 global and 2 random blocks; BigBird-ITC base uses 2 and 3"),
+            zoo.Departure("omission", "no BigBird-ETC (extra global tokens added to the sequence)"),
+            zoo.Departure("extension",
+                          "a causal mode (the window and random blocks from earlier blocks only) and decoding; BigBird's is bidirectional"),
+        ),
         factory=BlockSparseAttention,
         reference=reference,
         tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),

@@ -1,7 +1,8 @@
 """Cross attention: queries attend over a context with its own length and feature sizes.
 
 Separate query/key/value projections (the context's key and value widths are ``kdim``/``vdim``),
-named like ``nn.MultiheadAttention(kdim=..., vdim=...)``'s so either loads the other's state dict.
+named like ``nn.MultiheadAttention(kdim=..., vdim=...)``'s: where kdim or vdim differs from d_model either loads
+the other's state dict (at equal widths torch fuses them into one ``in_proj_weight``; the baseline maps them).
 """
 
 import torch
@@ -94,6 +95,14 @@ def zoo_register_variants(register):
         summary="Multi-head cross attention over a context of its own length and key/value widths.",
         family="softmax",
         citation="Vaswani et al. 2017; Jaegle et al. 2021 (Perceiver) for cross attention over other modalities",
+        departures=(
+            zoo.Departure("extension",
+                          "biases on the query, key, value and output projections, always on; the papers' projections have none"),
+            zoo.Departure("extension",
+                          "takes is_causal and any mask over the context; neither paper defines causal cross attention"),
+            zoo.Departure("omission",
+                          "none of Perceiver's block around it: no learned latent array (the queries are given), no input LayerNorms"),
+        ),
         factory=CrossAttention,
         reference=reference,
         tags=zoo.Tags(allows_kv_dims=True, has_parameters=True),

@@ -53,6 +53,10 @@ def zoo_register_variants(register):
         summary="Scaled dot-product attention over heads split from the inputs, on torch's fused SDPA.",
         family="softmax",
         citation="Vaswani et al. 2017, Attention Is All You Need",
+        departures=(
+            zoo.Departure("extension",
+                          "num_heads splits the given features into heads without projections; the paper's heads come with W^Q, W^K, W^V"),
+        ),
         factory=DotProductAttention,
         reference=reference,
         tags=zoo.Tags(),

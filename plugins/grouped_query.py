@@ -135,6 +135,14 @@ def zoo_register_variants(register):
         name="grouped-query",
         summary="Grouped-query attention: query heads share kv_heads key/value heads (SDPA enable_gqa).",
         citation="Ainslie et al. 2023, GQA: Training Generalized Multi-Query Transformer Models from Multi-Head Checkpoints",
+        departures=(
+            zoo.Departure("substitution",
+                          "default kv_heads is the largest divisor of num_heads up to num_heads / 2 (4 of 8); the paper mostly uses 8 groups"),
+            zoo.Departure("omission",
+                          "no uptraining: converting a multi-head checkpoint (mean-pooled key/value heads) is left to the user"),
+            zoo.Departure("extension",
+                          "biases on all four projections, always on; the paper's T5 projections have none"),
+        ),
         factory=GroupedQueryAttention, options={"kv_heads": None}, flops=flops, decoder=DECODER, **common,
         targets=TARGETS + (zoo.Target("state-ratio", versus="mha-kv-cache", at_least=0.5, at_most=0.5, mode="causal", phase="decode",
                                       note="at 8 heads its default 4 key/value heads: a KV cache exactly 4/8 of "
@@ -144,6 +152,9 @@ def zoo_register_variants(register):
         name="multi-query",
         summary="Multi-query attention: every query head shares one key/value head.",
         citation="Shazeer 2019, Fast Transformer Decoding: One Write-Head is All You Need",
+        departures=(
+            zoo.Departure("extension", "biases on all four projections, always on; the paper's equations have none"),
+        ),
         factory=MultiQueryAttention, flops=functools.partial(flops, kv_heads=1), decoder=MULTI_QUERY_DECODER,
         **common, targets=TARGETS + (zoo.Target("state-ratio", versus="mha-kv-cache", at_least=1 / 8, at_most=1 / 8,
                                                 mode="causal", phase="decode", note="at 8 heads: a KV cache exactly 1/8 of multi-head's"),),

@@ -80,6 +80,10 @@ def zoo_register_variants(register):
         summary="Linear attention (elu+1 features); causal via chunked prefix states, O(n d^2).",
         family="linear",
         citation="Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear Attention",
+        departures=(
+            zoo.Departure("extension",
+                          "takes any query-dependent mask, computed in the O(n^2) quadratic form; the paper defines full and causal only"),
+        ),
         factory=LinearAttention,
         reference=reference,
         approximates="softmax",

@@ -75,6 +75,10 @@ def zoo_register_variants(register):
         summary="Multi-head attention (fused in-projection, out-projection) on torch's fused SDPA.",
         family="softmax",
         citation="Vaswani et al. 2017, Attention Is All You Need",
+        departures=(
+            zoo.Departure("extension",
+                          "biases on the query, key, value and output projections, always on (nn.MultiheadAttention's layout); the paper has none"),
+        ),
         factory=MultiHeadAttention,
         reference=reference,
         tags=zoo.Tags(has_parameters=True),

@@ -2,13 +2,16 @@
 
 softmax(q.k / sqrt(d)) is approximated by phi(q).phi(k) with phi(x) = exp(W x - |x|^2 / 2) / sqrt(m) on
 x scaled by d^-1/4, where the m rows of W are blocks of orthogonal directions with Gaussian norms, drawn
-once per head when the module is built (a buffer: saved with it, never trained). The attention is then
-kernel attention (``zoo.functional.kernel_attention``): O(n m d), causal by prefix sums over chunks.
+once per head when the module is built (a buffer: saved with it, never trained), their directions uniformly
+random (``haar_orthogonal``). The attention is then kernel attention of exponential features
+(``zoo.functional.exp_kernel_attention``): O(n m d), causal by a state carried over chunks.
 
-Numerics: each query's features are shifted by their own maximum and all keys' by one shared maximum
-(both cancel in the ratio; the shifts are constants to autograd), and half-precision inputs compute the
-features in float32. A decoder cannot know the keys to come, so its state (sum phi(k)^T v and sum phi(k)
-per head) keeps the largest key logit seen so far as its shift and is rescaled whenever a new key raises it.
+Numerics: each query's features are shifted by their own maximum, and each query weighs the keys by a shift
+taken only over the keys it may attend (``zoo.functional.exp_kernel_attention``), so a masked or future key with
+large logits cannot zero the others' features in float32; the shifts cancel in the ratio and are constants to
+autograd. Half-precision inputs compute the features in float32. The decoder's state (sum phi(k)^T v and
+sum phi(k) per head) keeps the largest allowed key logit seen so far as its shift and is rescaled whenever a new
+key raises it.
 """
 
 import math
@@ -17,19 +20,26 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.functional import kernel_attention, merge_heads, split_heads
-from zoo.reference import positive_kernel_attention, reference_mask
+from zoo.functional import exp_kernel_attention, merge_heads, split_heads
+from zoo.reference import reference_mask, weighted_sum
+
+
+def haar_orthogonal(width: int) -> torch.Tensor:
+    """A uniformly random (Haar) orthogonal matrix: Q of a Gaussian matrix's QR with its columns' signs fixed by
+    R's diagonal. Without that fix (Q as torch.linalg.qr returns it) the rows are not isotropic and FAVOR+'s
+    kernel estimate is biased (Mezzadri 2007)."""
+    q, r = torch.linalg.qr(torch.randn(width, width))
+    return q * torch.sgn(torch.diagonal(r)).unsqueeze(0)
 
 
 def orthogonal_features(heads: int, features: int, width: int) -> torch.Tensor:
-    """(heads, features, width): per head, blocks of ``width`` orthogonal rows, each row with the norm of
-    a Gaussian vector (FAVOR+'s orthogonal random features)."""
+    """(heads, features, width): per head, blocks of ``width`` orthogonal rows in uniformly random directions,
+    each row with the norm of a Gaussian vector (FAVOR+'s orthogonal random features)."""
     blocks = []
     for _ in range(heads):
         rows = []
         for _ in range(-(-features // width)):
-            q, _ = torch.linalg.qr(torch.randn(width, width))
-            rows.append(q.T)
+            rows.append(haar_orthogonal(width).T)
         directions = torch.cat(rows)[:features]
         norms = torch.randn(features, width).norm(dim=1, keepdim=True)
         blocks.append(directions * norms)
@@ -51,74 +61,82 @@ class PerformerAttention(nn.Module):
         x = x * x.shape[-1] ** -0.25
         return torch.einsum("bhnd,hmd->bhnm", x, self.projection.to(x.dtype)) - (x * x).sum(-1, keepdim=True) / 2
 
-    def feature_map(self, x, shared_shift: bool):
-        """phi(x) on (batch, heads, seq, d), in float32 at least."""
+    def query_features(self, x):
+        """phi(x) sqrt(m) for queries, shifted by each query's own largest logit (it cancels in the ratio)."""
         logits = self.logits(x)
-        if shared_shift:  # keys: one shift for all of them, so their relative weights stay
-            shift = logits.detach().amax(dim=(-2, -1), keepdim=True) if logits.numel() else 0.0
-        else:  # queries: each its own (it cancels between numerator and denominator)
-            shift = logits.detach().amax(dim=-1, keepdim=True) if logits.numel() else 0.0
-        return torch.exp(logits - shift) / math.sqrt(self.features)
+        shift = logits.detach().amax(dim=-1, keepdim=True) if logits.numel() else 0.0
+        return torch.exp(logits - shift)
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
-        fq, fk = self.feature_map(q, shared_shift=False), self.feature_map(k, shared_shift=True)
-        out = kernel_attention(fq, fk, v.to(fq.dtype), attn_mask, is_causal, self.chunk)
+        fq = self.query_features(q)
+        out = exp_kernel_attention(fq, self.logits(k), v.to(fq.dtype), attn_mask, is_causal, self.chunk)
         return merge_heads(out.to(query.dtype))
 
 
+def _log_features(module, x):
+    """log(phi(x)) for FAVOR+'s phi(x) = exp(W x' - |x'|^2 / 2) / sqrt(m), x' = x d^-1/4, on (batch, heads, seq, d),
+    in float64."""
+    w = module.projection.double()
+    x = x.double() * x.shape[-1] ** -0.25
+    return torch.einsum("bhnd,hmd->bhnm", x, w) - (x * x).sum(-1, keepdim=True) / 2 - math.log(w.shape[1]) / 2
+
+
+def features(module, x):
+    """phi(x) in float64, without shifts: phi(q) . phi(k) is an unbiased estimate of exp(q . k / sqrt(d)) over the
+    draws of W."""
+    return torch.exp(_log_features(module, x))
+
+
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
-    """sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j) with the module's features, in float64,
-    without the shifts (they cancel)."""
+    """sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j) with the module's features, in float64: a softmax over
+    the keys of log(phi(q_i).phi(k_j)), a log-sum-exp over the features, so no product of features underflows
+    (at logits of -750 even float64's would)."""
     h = module.num_heads
     q, k, v = (x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value))
-    w = module.projection.double()
-    scale = q.shape[-1] ** -0.25
-
-    def phi(x):
-        x = x * scale
-        return torch.exp(torch.einsum("bhnd,hmd->bhnm", x, w) - (x * x).sum(-1, keepdim=True) / 2) / math.sqrt(w.shape[1])
-
     mask = reference_mask(attn_mask, is_causal, q.shape[2], k.shape[2])
-    return positive_kernel_attention(phi(q), phi(k), v, mask).transpose(1, 2).flatten(2)
+    log_q, log_k = _log_features(module, q), _log_features(module, k)
+    log_kernel = torch.logsumexp(log_q.unsqueeze(-2) + log_k.unsqueeze(-3), dim=-1)  # (b, h, q_len, k_len)
+    return weighted_sum(log_kernel, v, mask).transpose(1, 2).flatten(2)
+
+
+def _allowed_logits(module, k, key_mask):
+    """The keys' logits, -inf where a key is padding: it neither adds to the state nor raises its shift."""
+    logits = module.logits(k)
+    return logits if key_mask is None else logits.masked_fill(~key_mask[:, None, :, None], -math.inf)
 
 
 def prefill(module, query, key, value, key_mask=None):
-    """The causal forward over the prompt, and the state its keys leave with the prompt's shift: the largest
-    key logit, as the forward takes it (-inf for no prompt: the first step's key then sets it)."""
+    """The causal forward over the prompt, and the state its allowed keys leave, kept relative to their largest
+    logit (-inf for none: the first allowed key of a step then sets it)."""
     q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
-    logits = module.logits(k)
-    if logits.numel():
-        shift = logits.amax(dim=(-2, -1), keepdim=True)
-    else:
-        shift = logits.new_full((*logits.shape[:2], 1, 1), -math.inf)
-    fq, fk = module.feature_map(q, shared_shift=False), torch.exp(logits - shift) / math.sqrt(module.features)
-    v = v.to(fq.dtype)
+    fq, v = module.query_features(q), v.to(torch.promote_types(v.dtype, torch.float32))
     mask = None if key_mask is None else key_mask[:, None, None, :]
-    out = kernel_attention(fq, fk, v, mask, True, module.chunk)
-    if key_mask is not None:
-        fk = fk * key_mask[:, None, :, None].to(fk.dtype)
+    out = exp_kernel_attention(fq, module.logits(k), v, mask, True, module.chunk)
+    logits = _allowed_logits(module, k, key_mask)
+    shift = logits.amax(dim=(-2, -1), keepdim=True) if logits.shape[-2] else \
+        logits.new_full((*logits.shape[:2], 1, 1), -math.inf)
+    fk = torch.exp(logits - shift.masked_fill(torch.isinf(shift), 0.0))
     state = {"kv": fk.transpose(-2, -1) @ v, "normaliser": fk.sum(-2).unsqueeze(-1), "shift": shift}
     return merge_heads(out.to(query.dtype)), state
 
 
 def step(module, state, query, key, value, key_mask=None):
-    """The next token: the shift raised to its key's largest logit where that is larger (a padding key too, as
-    in the forward) and the state rescaled by exp(old - new), exactly 1 where it stays; numerator and
-    normaliser scale alike, so the outputs are the forward's. Then its features times its value are added in
-    place and its query reads the state."""
+    """The next token: the shift raised to its key's largest logit where that is larger (never by a padding key)
+    and the state rescaled by exp(old - new), exactly 1 where it stays; numerator and normaliser scale alike, so
+    the outputs are the forward's. Then its features times its value are added in place and its query reads
+    the state."""
     kv, normaliser, shift = state["kv"], state["normaliser"], state["shift"]
     q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
-    logits = module.logits(k)
+    logits = _allowed_logits(module, k, key_mask)
     raised = torch.maximum(shift, logits.amax(dim=-1, keepdim=True))
-    rescale = torch.exp(shift - raised)
-    fk = (torch.exp(logits - raised) / math.sqrt(module.features)).transpose(-2, -1)  # (b, h, m, 1)
-    if key_mask is not None:
-        fk = fk * key_mask[:, None, None, :].to(fk.dtype)
+    known = torch.isfinite(raised)  # -inf: no allowed key yet, the state is all zeros
+    rescale = torch.where(known, torch.exp(shift - raised), 1.0)
+    fk = torch.exp(logits - raised.masked_fill(~known, 0.0)).transpose(-2, -1)  # (b, h, m, 1)
     kv.mul_(rescale).addcmul_(fk, v.to(kv.dtype))
     normaliser.mul_(rescale).add_(fk)
     shift.copy_(raised)
-    fq = module.feature_map(q, shared_shift=False)
+    fq = module.query_features(q)
     numerator, denominator = fq @ kv, fq @ normaliser
     out = numerator / denominator.masked_fill(denominator == 0, 1.0)
     return merge_heads(out.to(query.dtype)), state
@@ -145,6 +163,18 @@ def zoo_register_variants(register):
         summary="Performer (FAVOR+): positive orthogonal random features approximate softmax in O(n m d).",
         family="linear",
         citation="Choromanski et al. 2021, Rethinking Attention with Performers",
+        departures=(
+            zoo.Departure("omission",
+                          "the random features are drawn once when the module is built and never redrawn; the paper redraws them in training"),
+            zoo.Departure("substitution",
+                          "independent random features per head; the official code shares one projection across heads"),
+            zoo.Departure("substitution",
+                          "stabilised by exact shifts over the keys each query may see; the official code adds 1e-4 to the features"),
+            zoo.Departure("omission",
+                          "only the positive softmax kernel (FAVOR+): no hyperbolic features, no generalised kernels such as ReLU"),
+            zoo.Departure("extension",
+                          "takes any query-dependent mask, computed in the quadratic form; the paper defines full and causal attention"),
+        ),
         factory=PerformerAttention,
         reference=reference,
         approximates="softmax",
@@ -154,6 +184,7 @@ def zoo_register_variants(register):
         error_sweeps={"features": (16, 64, 256, 1024)},  # what more random features buy
         flops=flops,
         decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=state_bytes),
+        random_features=zoo.RandomFeatures(features=features, directions=lambda module: module.projection),
         targets=(
             zoo.Target("decode-growth", at_least=1 / 1.1, at_most=1.1, mode="causal", phase="decode",
                        note="time per generated token constant within 10% from the shortest timed context to the longest"),

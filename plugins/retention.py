@@ -1,6 +1,6 @@
 """Retention (RetNet, Sun et al. 2023): attention without softmax, where key m's weight for query n decays
-as gamma^(n - m), with one decay per head (gamma_h = 1 - 2^(-5 - h), spread over the heads as RetNet
-does), each head's output normalised:
+as gamma^(n - m), with one decay per head (gamma_h = 1 - 2^(-5 - h) for heads h = 0, 1, ..., as RetNet gives
+it), each head's output normalised:
 
     o_n = RMSNorm( sum_{m <= n} gamma^(n - m) (q_n . k_m / sqrt(d)) v_m )
 
@@ -28,10 +28,11 @@ from zoo.functional import merge_heads, split_heads
 
 
 def decays(num_heads: int, device=None, dtype=torch.float32):
-    """RetNet's per-head decay, gamma_h = 1 - 2^(-5 - h) with h spread over [0, 7] (a (heads, 1, 1) tensor),
-    in float32 at least: in half precision 1 - 2^-12 rounds to 1, and its powers would never decay."""
+    """RetNet's per-head decay, gamma_h = 1 - 2^(-5 - h) for heads h = 0, 1, ... (a (heads, 1, 1) tensor), in
+    float32 at least: in half precision 1 - 2^-12 rounds to 1, and its powers would never decay (float32 keeps
+    them apart up to 20 heads)."""
     dtype = torch.promote_types(dtype, torch.float32)
-    exponents = torch.linspace(5.0, 12.0, num_heads, dtype=torch.float64) if num_heads > 1 else torch.tensor([5.0], dtype=torch.float64)
+    exponents = 5.0 + torch.arange(num_heads, dtype=torch.float64)
     return (1 - 2.0 ** -exponents).to(device=device, dtype=dtype).view(num_heads, 1, 1)
 
 
@@ -39,6 +40,8 @@ def causal_chunked(q, k, v, gamma, chunk: int):
     """sum_{m <= n} gamma^(n - m) q_n . k_m v_m on (batch, heads, seq, d): the parallel form within chunks and
     a decayed d x d state across them (a loop over chunks that appends, never assigns into, a tensor)."""
     batch, heads, n, width = q.shape
+    if n == 0:
+        return v * 0.0  # no chunks, and an output still in the graph
     chunks = -(-n // chunk)
     pad = chunks * chunk - n
     if pad:  # zero keys and values add nothing
@@ -88,8 +91,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     h = module.num_heads
     q, k, v = (x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value))
     q = q / math.sqrt(q.shape[-1])
-    exponents = [5.0] if h == 1 else torch.linspace(5.0, 12.0, h, dtype=torch.float64).tolist()
-    gamma = torch.tensor([1 - 2.0 ** -e for e in exponents], dtype=torch.float64).view(h, 1, 1)
+    gamma = torch.tensor([1 - 2.0 ** (-5 - head) for head in range(h)], dtype=torch.float64).view(h, 1, 1)
 
     def scan(q, k, v):
         state = torch.zeros(q.shape[0], h, q.shape[-1], v.shape[-1], dtype=torch.float64)
@@ -97,7 +99,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
         for t in range(q.shape[2]):
             state = gamma * state + torch.einsum("bhi,bhj->bhij", k[:, :, t], v[:, :, t])
             outputs.append(torch.einsum("bhi,bhij->bhj", q[:, :, t], state))
-        return torch.stack(outputs, dim=2)
+        return torch.stack(outputs, dim=2) if outputs else v.new_zeros(*v.shape)
 
     out = scan(q, k, v)
     if not is_causal:
@@ -174,6 +176,17 @@ def zoo_register_variants(register):
         summary="RetNet retention: decayed linear attention per head, chunked (parallel inside, recurrent across).",
         family="linear",
         citation="Sun et al. 2023, Retentive Network: A Successor to Transformer for Large Language Models",
+        departures=(
+            zoo.Departure("omission",
+                          "no xPos rotation of queries and keys (RetNet's Theta): positions enter only through the decay"),
+            zoo.Departure("omission",
+                          "no swish gate or output projection of gated multi-scale retention; values are as wide as keys (RetNet: 2x)"),
+            zoo.Departure("substitution", "RMSNorm without affine per head in place of GroupNorm (as torchscale does)"),
+            zoo.Departure("omission",
+                          "the paper's retention-score normalisations are left out (per-row scalings the RMSNorm cancels but for its eps)"),
+            zoo.Departure("extension",
+                          "without is_causal, bidirectional retention gamma^|n - m| (as in RMT, Fan et al. 2024); RetNet is causal only"),
+        ),
         factory=Retention,
         reference=reference,
         tags=zoo.Tags(accepts_attn_mask=False, allows_different_lengths=False, key_order_invariant=False),

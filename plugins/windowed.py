@@ -51,8 +51,8 @@ class WindowedAttention(nn.Module):
             pieces.append(self._interior(query, key, value, first, last, band))
         if last < blocks:
             pieces.append(self._edge(query, key, value, last, blocks, band, attn_mask))
-        if not pieces:  # an empty sequence
-            return query.new_zeros(batch, 0, value.shape[-1])
+        if not pieces:  # an empty sequence: an output still in the graph
+            return value * 0.0
         return torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]
 
     def _interior(self, query, key, value, first, last, band):
@@ -240,6 +240,12 @@ def zoo_register_variants(register):
         summary="Sliding-window local attention computed on blocks in O(n * window) time and memory.",
         family="sparse",
         citation="Beltagy et al. 2020, Longformer: The Long-Document Transformer",
+        departures=(
+            zoo.Departure("convention",
+                          "window counts keys on each side (2 window + 1 in all); Longformer's w is the total, so its w = 2 x window"),
+            zoo.Departure("omission", "no dilated windows and no global attention tokens (with their own projections)"),
+            zoo.Departure("omission", "one window for every head and layer; the paper grows it with depth"),
+        ),
         factory=WindowedAttention,
         reference=reference,
         tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),

@@ -42,7 +42,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = (x.double().unflatten(-1, (module.num_heads, -1)) for x in (query[:, i], key[:, seen], value[:, seen]))
         weights = torch.sigmoid(torch.einsum("bhd,bjhd->bhj", q, k) / q.shape[-1] ** 0.5)
         out.append(torch.einsum("bhj,bjhd->bhd", weights, v).flatten(1))
-    return torch.stack(out, dim=1)
+    return torch.stack(out, dim=1) if out else value.double().new_zeros(query.shape[0], 0, value.shape[-1])
 
 
 @zoo.hookimpl
@@ -122,6 +122,10 @@ def test_a_real_run_ranks_cores_against_sdpa_and_layers_against_multihead_attent
     speed = readme.split("## Speed", 1)[1].split("###", 1)[0]
     assert all("; approx. error 0." in line for line in speed.splitlines() if line.startswith("| linear") and "| fwd " in line)
     assert "Noise on this board:" in readme
+    departures = readme.split("## Departures from the papers", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in departures.splitlines() if line.startswith("| ")]
+    assert ["multi-head", "extension"] in [r[:2] for r in rows]
+    assert {r[0] for r in rows[1:]} == {"dot-product", "linear", "multi-head"}  # every variant of the run states some
 
 
 def test_a_speed_only_run_of_a_causal_leaking_plugin_is_not_ranked(write_plugin, tmp_path):

@@ -53,6 +53,7 @@ def test_show_describes_a_variant_and_suggests_on_typos():
     out = zoo("show", "windowed")
     assert out.returncode == 0
     assert "window = 128" in out.stdout and "allows_different_lengths" in out.stdout and "O(n^1)" in out.stdout
+    assert "departures from the paper:" in out.stdout and "convention:   window counts keys on each side" in out.stdout
     typo = zoo("show", "windoed")
     assert typo.returncode == 2 and "did you mean windowed" in typo.stderr and "Traceback" not in typo.stderr
 

@@ -37,11 +37,35 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"approximates": "Soft Max"}, "approximates must be None, 'softmax' or a variant name"),
     ({"approximates": True}, "approximates must be None"),
     ({"approximates": "good"}, "approximates names the variant itself"),
+    ({"departures": ["a list of text"]}, "departures must be a tuple of zoo.Departure"),
+    ({"departures": ("plain text",)}, "departures must be a tuple of zoo.Departure"),
+    ({"random_features": lambda module, x: x}, "random_features must be a zoo.RandomFeatures"),
+    ({"random_features": zoo.RandomFeatures(features=None)}, "random_features.features must be callable"),
+    ({"random_features": zoo.RandomFeatures(features=abs, directions="rows")}, "random_features.directions must be"),
 ])
 def test_each_invalid_variant_field_is_refused_by_name(changes, message):
     with pytest.raises(RegistrationError, match=None) as caught:
         minimal_variant(**changes).validate()
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("kind, text, message", [
+    ("misread", "a line", "departure kind 'misread' is not one of convention, omission, substitution, extension"),
+    ("omission", "two\nlines", "departure text must be one non-empty line"),
+    ("omission", " ", "departure text must be one non-empty line"),
+])
+def test_a_departure_has_a_known_kind_and_one_line(kind, text, message):
+    with pytest.raises(RegistrationError) as caught:
+        zoo.Departure(kind, text)
+    assert message in str(caught.value)
+
+
+def test_every_builtin_states_how_it_departs_from_its_paper(registry):
+    """Each built-in's reference is written beside its fast path; what it changes from the paper is stated."""
+    for name in registry.list_variants():
+        departures = registry.variant(name).departures
+        assert departures and all(isinstance(d, zoo.Departure) for d in departures), name
+        assert registry.variant(name).card()["departures"][0] == {"kind": departures[0].kind, "text": departures[0].text}
 
 
 def test_the_deprecated_exact_tag_still_works_and_says_what_to_write_instead():

@@ -86,6 +86,7 @@ def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path)
         panel = page.inner_text("#variant-panel")
         assert "Vaswani" in panel and "gradcheck" in panel and "passed" in panel
         assert "Claims and measurements" in panel and "FLOP exponent (full fwd)" in panel  # the complexity suite's
+        assert "Departures from the paper" in panel and "nn.MultiheadAttention's layout" in panel  # the plugin's own
         page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
         for typed in ("#variant-constructor", "#variant-%E0%A4%A", "#variant-no-such-variant"):  # a reader's typing
             page.evaluate("hash => { location.hash = hash; }", typed)

@@ -4,7 +4,7 @@ Importing ``zoo`` is cheap (no torch); the API functions load torch and the plug
 """
 
 from .checks import Check, Result, requires
-from .contract import Complexity, Origin, Tags, Target, Variant, ZooError
+from .contract import Complexity, Departure, Origin, RandomFeatures, Tags, Target, Variant, ZooError
 from .decoding import Decoder
 from .hookspecs import hookimpl
 from .suite import Measure, RankFigure, Ranking, Section, Suite, Table
@@ -16,7 +16,7 @@ _LAZY = {
     "load_registry": "registry", "Registry": "registry", "run": "harness",
 }
 
-__all__ = ["Check", "Complexity", "Decoder", "Measure", "Origin", "RankFigure", "Ranking", "Result", "Section", "Suite", "Table", "Tags",
+__all__ = ["Check", "Complexity", "Decoder", "Departure", "Measure", "Origin", "RandomFeatures", "RankFigure", "Ranking", "Result", "Section", "Suite", "Table", "Tags",
            "Target", "Variant", "ZooError", "hookimpl", "requires", *_LAZY]
 
 

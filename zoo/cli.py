@@ -72,6 +72,9 @@ def cmd_show(args) -> int:
     for tag, value in v.tags.describe().items():
         print(f"    {tag:<26} {'yes' if value else 'no'}")
     print(f"  decoding:   {_decoding_text(v)}")
+    print("  departures from the paper:" + ("" if v.departures else " none stated (it follows the paper as written)"))
+    for departure in v.departures:
+        print(f"    {departure.kind + ':':<14}{departure.text}")
     print("  options:" + ("" if v.options else " none"))
     for key, default in v.options.items():
         print(f"    {key} = {default!r}")

@@ -154,6 +154,59 @@ class Target:
                 and (self.at_least is None or value >= self.at_least))
 
 
+DEPARTURE_KINDS = {
+    "convention": "a layout or convention the paper writes another way (equivalent after rearranging weights)",
+    "omission": "a part of the paper's method not implemented",
+    "substitution": "something of the paper replaced by something else",
+    "extension": "beyond the paper (a mode or input the paper does not define)",
+}
+"""What a :class:`Departure` can be, and what each kind means (the page and CONTRIBUTING list them)."""
+
+
+@dataclass(frozen=True)
+class Departure:
+    """One way the implementation differs from the method of the paper it cites, stated by the plugin: the checks
+    compare a variant with its own reference, so a reader learns what it leaves out or changes only from this."""
+
+    kind: str
+    """One of :data:`DEPARTURE_KINDS`."""
+    text: str
+    """One line for a reader choosing a variant, e.g. "pairs (x_i, x_{i+d/2}) rotate together ('rotate half')"."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEPARTURE_KINDS:
+            raise RegistrationError(f"departure kind {self.kind!r} is not one of {', '.join(DEPARTURE_KINDS)}")
+        if not isinstance(self.text, str) or not self.text.strip() or "\n" in self.text:
+            raise RegistrationError(f"departure text must be one non-empty line, got {self.text!r}")
+
+
+@dataclass(frozen=True)
+class RandomFeatures:
+    """The variant estimates a kernel with random features drawn when its module is built (FAVOR+, random Fourier
+    features): one module's estimate may err, but over independent draws its mean must be the kernel, and its
+    directions must be isotropic. The correctness suite checks both over many freshly built modules.
+
+    ``features(module, x)``: the unstabilised feature map in float64 of x (batch, heads, seq, d_head), as
+    (batch, heads, seq, features); phi(q) . phi(k) estimates ``kernel(q, k)``.
+    ``kernel(q, k)``: the exact kernel on (batch, heads, seq, d_head) pairs, as (batch, heads, q_len, k_len);
+    None: softmax's, exp(q . k / sqrt(d_head)).
+    ``directions(module)``: the random projection's rows, (heads, features, d_head), each of which should point
+    in a uniformly random direction (their norms may follow any law); None: not tested.
+    """
+
+    features: Callable[[Any, Any], Any]
+    kernel: Callable[[Any, Any], Any] | None = None
+    directions: Callable[[Any], Any] | None = None
+
+    def validate(self, name: str) -> None:
+        """Raise :class:`RegistrationError` unless ``features`` is callable and the others callable or None."""
+        for attr in ("features", "kernel", "directions"):
+            value = getattr(self, attr)
+            optional = attr != "features"
+            if not callable(value) and not (optional and value is None):
+                raise RegistrationError(f"variant {name!r}: random_features.{attr} must be callable")
+
+
 Baseline = Callable[[Any], Callable[..., Any]]
 """Given the variant's module, return ``fn(query, key, value, attn_mask=None, is_causal=False)``."""
 
@@ -193,6 +246,10 @@ class Variant:
     documented function (e.g. windowed or sigmoid attention), so it is never measured against another.
     An approximation's error against that function is reported beside its speed, and one no better than
     the trivial answer (each query's mean of the values) is not ranked.
+    ``departures``: every way the implementation differs from the cited paper (:class:`Departure`), shown by
+    `zoo show` and on the variant's page; empty means it follows the paper as written.
+    ``random_features``: where the variant is a random-feature estimator of a kernel (:class:`RandomFeatures`), the
+    statistical checks of its draws.
     """
 
     name: str
@@ -215,6 +272,8 @@ class Variant:
     decoder: Any = None
     """A :class:`zoo.Decoder` where the variant's causal form can be decoded token by token (None: it cannot,
     and the capability table says why)."""
+    departures: tuple[Departure, ...] = ()
+    random_features: RandomFeatures | None = None
     origin: Origin | None = None
     approximated: Variant | None = field(default=None, repr=False, compare=False)
     """Set by the registry when :attr:`approximates` names a registered variant: that variant."""
@@ -250,6 +309,12 @@ class Variant:
         clash = set(self.options) & set(RESERVED_OPTIONS)
         if clash:
             raise RegistrationError(f"variant {self.name!r}: options may not redefine {sorted(clash)}")
+        if not isinstance(self.departures, tuple) or not all(isinstance(d, Departure) for d in self.departures):
+            raise RegistrationError(f"variant {self.name!r}: departures must be a tuple of zoo.Departure")
+        if self.random_features is not None:
+            if not isinstance(self.random_features, RandomFeatures):
+                raise RegistrationError(f"variant {self.name!r}: random_features must be a zoo.RandomFeatures or None")
+            self.random_features.validate(self.name)
         if not all(isinstance(t, Target) for t in self.targets):
             raise RegistrationError(f"variant {self.name!r}: targets must be zoo.Target instances")
         unknown = sorted(set(self.check_options) - set(self.options))
@@ -301,6 +366,8 @@ class Variant:
             "decoder_growth": self.decoder.growth if self.decoder is not None else None,
             "decoder_absent": why_not(self),
             "decoder_context": bool(self.decoder is not None and self.decoder.context),
+            "departures": [dataclasses.asdict(d) for d in self.departures],
+            "random_features": self.random_features is not None,
         }
 
     def with_defaults(self, overrides: Mapping[str, Any]) -> "Variant":

@@ -179,6 +179,83 @@ def _quadratic_kernel(fq: Tensor, fk: Tensor, v: Tensor, mask: Tensor | None) ->
     return _normalise(scores @ v, scores.sum(dim=-1, keepdim=True))
 
 
+def exp_kernel_attention(fq: Tensor, key_logits: Tensor, v: Tensor, attn_mask: Tensor | None = None,
+                         is_causal: bool = False, chunk: int = 64) -> Tensor:
+    """:func:`kernel_attention` with key features exp(``key_logits``) (Performer's random features), kept in range
+    by shifts taken only over the keys each query may attend, so a masked or future key with large logits cannot
+    flush an allowed key's features to zero (nor make them overflow).
+
+    Each key's features are computed relative to their own largest logit M_j, and query i weighs key j by
+    exp(M_j - s_i) <= 1, s_i the largest M_j among its allowed keys; s_i is one number per query, so it cancels
+    between numerator and denominator and the result is the unshifted kernel's. The shifts are constants to
+    autograd. Causal (q_len = k_len, no mask or key padding): s_i is a running maximum; chunks of ``chunk`` tokens
+    combine a masked product inside the chunk with a state carried across chunks and rescaled as the maximum rises
+    (one Python step per chunk). Any other query-dependent mask takes the quadratic form.
+    """
+    q_len, k_len = fq.shape[-2], key_logits.shape[-2]
+    if attn_mask is not None:
+        keep = attn_mask if attn_mask.dim() >= 2 else attn_mask.view(1, -1)
+        if keep.shape[-2] != 1 or (is_causal and q_len != k_len):  # depends on the query: the quadratic form
+            return _quadratic_exp_kernel(fq, key_logits, v, combine_masks(attn_mask, is_causal, q_len, k_len, fq.device))
+        key_logits = key_logits.masked_fill(~keep[..., 0, :, None], -torch.inf)  # key padding: no features at all
+    if is_causal and q_len != k_len:
+        return _quadratic_exp_kernel(fq, key_logits, v, causal_mask(q_len, k_len, fq.device))
+    if not is_causal:  # every query sees the same keys: one shift for all of them
+        shift = _finite(key_logits.detach().amax(dim=(-2, -1), keepdim=True)) if key_logits.numel() else 0.0
+        fk = torch.exp(key_logits - shift)
+        return _normalise(fq @ (fk.transpose(-2, -1) @ v), fq @ fk.sum(dim=-2).unsqueeze(-1))
+    peak, fk = _per_key(key_logits)
+    return _causal_exp_chunked(fq, fk, peak, v, chunk)
+
+
+def _per_key(key_logits: Tensor) -> tuple[Tensor, Tensor]:
+    """Each key's largest logit M_j (-inf for a padding key) and its features relative to it (at most 1)."""
+    peak = key_logits.detach().amax(dim=-1) if key_logits.shape[-1] else key_logits.new_zeros(key_logits.shape[:-1])
+    return peak, torch.exp(key_logits - _finite(peak).unsqueeze(-1))
+
+
+def _finite(shift: Tensor) -> Tensor:
+    """A shift of -inf (no allowed key) as 0: the weights it would scale are all zero."""
+    return shift.masked_fill(torch.isinf(shift), 0.0)
+
+
+def _quadratic_exp_kernel(fq: Tensor, key_logits: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    peak, fk = _per_key(key_logits)
+    exponent = peak.unsqueeze(-2).masked_fill(~mask, -torch.inf)  # (b, h, q, k): M_j where query i may attend
+    shift = _finite(exponent.amax(dim=-1, keepdim=True)) if exponent.shape[-1] else 0.0
+    scores = (fq @ fk.transpose(-2, -1)) * torch.exp(exponent - shift)
+    return _normalise(scores @ v, scores.sum(dim=-1, keepdim=True))
+
+
+def _causal_exp_chunked(fq: Tensor, fk: Tensor, peak: Tensor, v: Tensor, size: int) -> Tensor:
+    batch, heads, n, _ = fq.shape
+    if n == 0:
+        return v * 0.0  # empty, and still in the graph: a backward through it runs
+    chunks = -(-n // size)
+    pad = chunks * size - n
+    v = F.pad(v, (0, 1), value=1.0)  # a ones column: the normaliser rides along with the values
+    if pad:
+        fq, fk, v = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, v))
+        peak = F.pad(peak, (0, pad), value=-torch.inf)
+    shift = _finite(peak.cummax(dim=-1).values)  # s_i: the largest M_j for j <= i
+    fq, fk, v = (x.reshape(batch, heads, chunks, size, x.shape[-1]) for x in (fq, fk, v))
+    peak, shift = peak.view(batch, heads, chunks, size), shift.view(batch, heads, chunks, size)
+    local = (fq @ fk.transpose(-2, -1)) * torch.exp((peak.unsqueeze(-2) - shift.unsqueeze(-1)).clamp(max=0)).tril()
+    end = shift[..., -1]  # (b, h, chunks): each chunk's state is kept relative to the shift at its last position
+    kv = (fk * torch.exp(peak - end.unsqueeze(-1)).unsqueeze(-1)).transpose(-2, -1) @ v  # (b, h, chunks, m, d + 1)
+    before = F.pad(end, (1, 0), value=-torch.inf)[..., :-1]  # the shift the state entering each chunk is kept at
+    carry = torch.exp((before[..., 1:] - end[..., 1:]).clamp(max=0))  # rescale from one chunk's end to the next's
+    state, states = torch.zeros_like(kv[:, :, 0]), []
+    for index, chunk_kv in enumerate(kv.unbind(2)):  # a rising maximum rescales the state: no cumsum can
+        states.append(state)
+        state = chunk_kv if index == 0 else state * carry[..., index - 1, None, None] + chunk_kv
+    entering = torch.stack(states, 2)
+    read = torch.exp((before.unsqueeze(-1) - shift).clamp(max=0)).unsqueeze(-1)  # (b, h, chunks, size, 1)
+    out = (fq @ entering) * read + local @ v
+    out = _normalise(out[..., :-1], out[..., -1:])
+    return out.reshape(batch, heads, chunks * size, out.shape[-1])[:, :, :n]
+
+
 def projected_sdpa(q: Tensor, k: Tensor, v: Tensor, num_heads: int, attn_mask: Tensor | None, is_causal: bool,
                    out_proj) -> Tensor:
     """Heads split, torch's fused SDPA with the zoo's mask convention, heads merged, then ``out_proj``: the

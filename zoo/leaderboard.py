@@ -123,6 +123,7 @@ def _readme(board: Board, tables, unranked, sections: list[Section], plots: list
     lines += board.notes.lines()
     lines += unranked_lines(board, unranked)
     lines += ["## Capabilities", "", markdown_table(_capabilities(board)), ""]
+    lines += _departures_section(board)
     for section in sections:
         lines += _section_lines(section)
     lines += _targets_section(board)
@@ -168,6 +169,38 @@ def _capabilities(board: Board) -> list[dict]:
              **{label: "yes" if board.card(variant).get("tags", {}).get(tag) else "-" for tag, label in TAG_LABELS.items()},
              "decodes": _decoding_text(board.card(variant))}
             for variant in board.variants]
+
+
+def _departures_section(board: Board) -> list[str]:
+    """What each variant changes from the paper it cites, as its plugin states it: the checks compare a variant
+    with its own reference, so they cannot see this."""
+    from .contract import DEPARTURE_KINDS
+
+    rows, unrecorded, none = [], [], []
+    for variant in board.variants:
+        departures = _departures(board.card(variant))
+        if departures is None:
+            unrecorded.append(variant)
+        elif not departures:
+            none.append(variant)
+        else:
+            rows += [{"variant": variant, "kind": d["kind"], "departure from the cited paper": d["text"]} for d in departures]
+    kinds = "; ".join(f"*{kind}*: {meaning}" for kind, meaning in DEPARTURE_KINDS.items())
+    return ["## Departures from the papers", "",
+            f"What each implementation changes from the paper it cites, as its plugin states it ({kinds}). The "
+            "correctness checks compare a variant with its own reference, so they cannot see these.", "",
+            markdown_table(pd.DataFrame(rows, columns=["variant", "kind", "departure from the cited paper"])), "",
+            *([f"None stated (it follows the paper as written): {', '.join(none)}.", ""] if none else []),
+            *([f"Not recorded by their runs (stored before plugins stated departures): {', '.join(unrecorded)}.", ""]
+              if unrecorded else [])]
+
+
+def _departures(card: dict) -> list[dict] | None:
+    """The card's departures as {kind, text} records, or None where its run did not record them."""
+    recorded = card.get("departures")
+    if not isinstance(recorded, list):
+        return None
+    return [{"kind": str(d.get("kind", "")), "text": str(d.get("text", ""))} for d in recorded if isinstance(d, dict)]
 
 
 def _decoding_text(card: dict) -> str:
@@ -262,6 +295,7 @@ def _variant_page(board: Board, variant: str, targets: list[dict]) -> dict:
         "summary": card.get("summary", ""), "citation": card.get("citation", ""), "kind": board.kind(variant),
         "family": card.get("family"), "approximates": approximates(card),
         "capabilities": {label: bool(card.get("tags", {}).get(tag)) for tag, label in TAG_LABELS.items()},
+        "departures": _departures(card),
         "details": [{"title": t.title, "columns": _columns(t), "rows": t.rows} for t in details],
         "checks": [{"suite": r.suite, "check": f"{r.check} vs {r.versus}" if r.versus else r.check,
                     "setting": r.setting or "", "status": r.status,

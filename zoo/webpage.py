@@ -147,6 +147,8 @@ function showVariant(name) {
   panel.appendChild(text("Kind: " + v.kind + "; family: " + v.family + "; "
     + (v.approximates === null ? "exact for its own function" : "approximates " + v.approximates)));
   section(panel, "Capabilities", table(Object.entries(v.capabilities).map(([k, on]) => ({capability: k, "": on ? "yes" : "no"})), ["capability", ""]));
+  section(panel, "Departures from the paper", v.departures === null ? text("not recorded (a run from before plugins stated them)")
+    : v.departures.length ? table(v.departures, ["kind", "text"]) : text("none stated: it follows the paper as written"));
   v.details.forEach(d => section(panel, d.title, table(d.rows, d.columns)));
   const status = s => "status-" + s;
   section(panel, "Checks (" + v.checks.length + " rows)", table(v.checks, ["suite", "check", "setting", "status", "detail"], {status}));

@@ -288,3 +288,73 @@ def test_linformer_attends_to_proj_len_mixtures_whatever_the_length(registry):
     q, k = torch.randn(2, 7, 8, dtype=torch.float64), torch.randn(2, 11, 8, dtype=torch.float64)
     with torch.no_grad():
         assert torch.allclose(module(q, k, k), exact(q, k[:, :3], k[:, :3]), atol=1e-12, rtol=0)
+
+
+def _performer_module(registry):
+    import sys
+
+    return sys.modules[registry.variant("performer").factory.__module__]
+
+
+def test_a_performer_with_unsigned_qr_directions_fails_both_statistical_checks(registry, monkeypatch):
+    """Q of a QR as torch returns it, without the sign fix by R's diagonal (what Performer drew before): its rows
+    are not isotropic and its kernel estimate is biased; the shipped draw passes (test_correctness)."""
+    from zoo.profiles import get_profile
+    from zoo.suites.correctness import check_random_features
+
+    monkeypatch.setattr(_performer_module(registry), "haar_orthogonal",
+                        lambda width: torch.linalg.qr(torch.randn(width, width))[0])
+    rows = list(check_random_features(registry.variant("performer"), get_profile("quick")))
+    assert [r.params["test"] for r in rows] == ["unbiased", "isotropic"]
+    assert all(r.status == "failed" for r in rows), rows
+    assert "biased" in rows[0].detail and "not isotropic" in rows[1].detail
+
+
+def test_a_performer_with_one_key_shift_over_all_keys_fails_the_outlier_check(registry, monkeypatch):
+    """One stabiliser shift over every key, masked and future ones included (what Performer took before): a hidden
+    key with large logits flushes the visible keys' features to zero in float32."""
+    from zoo.functional import kernel_attention
+    from zoo.profiles import get_profile
+    from zoo.suites.correctness import check_outlier_keys
+
+    def shared_shift(fq, key_logits, v, attn_mask=None, is_causal=False, chunk=64):
+        fk = torch.exp(key_logits - key_logits.detach().amax(dim=(-2, -1), keepdim=True))
+        return kernel_attention(fq, fk, v, attn_mask, is_causal, chunk)
+
+    monkeypatch.setattr(_performer_module(registry), "exp_kernel_attention", shared_shift)
+    rows = list(check_outlier_keys(registry.variant("performer"), get_profile("quick")))
+    failed = {r.params["hidden"] for r in rows if r.status == "failed"}
+    assert failed == {"masked", "future"}, rows
+
+
+@pytest.mark.parametrize("mode", ["full", "causal", "padding", "causal-padding", "query-mask", "causal-cross"])
+def test_exp_kernel_attention_is_kernel_attention_of_the_exponentials(mode):
+    """On ordinary logits it equals the unstabilised kernel attention of exp(logits), whatever the mask, and
+    gradcheck passes through its shifts and its chunk loop."""
+    from zoo.functional import exp_kernel_attention, kernel_attention
+
+    g = torch.Generator().manual_seed(3)
+    q_len, k_len = (7, 11) if mode == "causal-cross" else (11, 11)
+    fq = torch.rand(2, 2, q_len, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    logits = torch.randn(2, 2, k_len, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 2, k_len, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = {"padding": torch.rand(2, 1, 1, k_len, generator=g) > 0.3, "causal-padding": torch.rand(2, 1, 1, k_len, generator=g) > 0.3,
+            "query-mask": torch.rand(2, 1, q_len, k_len, generator=g) > 0.3}.get(mode)
+    causal = mode.startswith("causal")
+    out = exp_kernel_attention(fq, logits, v, mask, causal, chunk=4)
+    assert torch.allclose(out, kernel_attention(fq, logits.exp(), v, mask, causal, chunk=4), atol=1e-12, rtol=0)
+    assert torch.autograd.gradcheck(lambda a, b, c: exp_kernel_attention(a, b, c, mask, causal, chunk=4), (fq, logits, v))
+
+
+def test_exp_kernel_attention_keeps_earlier_outputs_when_a_future_key_has_huge_logits():
+    """In float32, a key at position 6 whose logits are 300 above the others' changes no earlier output."""
+    from zoo.functional import exp_kernel_attention
+
+    g = torch.Generator().manual_seed(4)
+    fq, logits = torch.rand(1, 1, 12, 4, generator=g), torch.randn(1, 1, 12, 4, generator=g)
+    v = torch.randn(1, 1, 12, 3, generator=g)
+    before = exp_kernel_attention(fq, logits, v, is_causal=True, chunk=4)
+    logits[..., 6, :] += 300.0
+    after = exp_kernel_attention(fq, logits, v, is_causal=True, chunk=4)
+    assert torch.isfinite(after).all() and torch.equal(after[..., :6, :], before[..., :6, :])
+    assert not torch.allclose(after[..., 6:, :], before[..., 6:, :])

@@ -133,6 +133,75 @@ class NaiveSoftmax(Attention):
         return merge_heads((weights / weights.sum(-1, keepdim=True).clamp_min(1e-30)) @ v)
 
 
+class ShiftsByRowMax(Attention):
+    """Softmax shifted by each row's largest score: amax over no key at all raises."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -torch.inf)
+        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True).clamp_min(-1e30)).nan_to_num(0.0)
+        return merge_heads((weights / weights.sum(-1, keepdim=True).clamp_min(1e-30)) @ v)
+
+
+class SharedShift(Attention):
+    """Softmax stabilised by one shift over every score, masked and future ones too (the fault Performer had):
+    exact in float64, but in float32 a hidden key with a large score flushes the visible ones to zero."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        weights = torch.exp(scores - scores.detach().amax(dim=(-2, -1), keepdim=True))
+        mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2])
+        if mask is not None:
+            weights = weights * mask
+        total = weights.sum(-1, keepdim=True)
+        return merge_heads((weights @ v) / total.masked_fill(total == 0, 1.0))
+
+
+class FirstKeysOnly(Attention):
+    """Right up to 256 keys, then ignores the rest: only a sequence past the default sizes shows it."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return super().forward(query, key[:, :256], value[:, :256], None if attn_mask is None else attn_mask[..., :256],
+                               is_causal)
+
+
+def haar(width):
+    q, r = torch.linalg.qr(torch.randn(width, width))
+    return q * torch.sgn(torch.diagonal(r))
+
+
+class RandomFeatureSoftmax(Attention):
+    """Exact softmax in its forward, with FAVOR+'s random projection as a buffer: what random_features checks."""
+
+    draw = staticmethod(haar)
+
+    def __init__(self, d_model, num_heads=1, features=16):
+        super().__init__(d_model, num_heads)
+        width = d_model // num_heads
+        rows = [torch.cat([self.draw(width).T for _ in range(-(-features // width))])[:features] for _ in range(num_heads)]
+        self.register_buffer("projection", torch.stack(rows) * torch.randn(num_heads, features, width).norm(dim=-1, keepdim=True))
+
+
+class UnsignedQrFeatures(RandomFeatureSoftmax):
+    """Q of torch.linalg.qr as it comes, without the sign fix by R's diagonal: not isotropic, a biased estimate."""
+
+    draw = staticmethod(lambda width: torch.linalg.qr(torch.randn(width, width))[0])
+
+
+def favor_features(module, x):
+    x = x * x.shape[-1] ** -0.25
+    w = module.projection.double()
+    return torch.exp(torch.einsum("bhnd,hmd->bhnm", x, w) - (x * x).sum(-1, keepdim=True) / 2) / w.shape[1] ** 0.5
+
+
+RANDOM_FEATURES = {"random_features": zoo.RandomFeatures(features=favor_features, directions=lambda m: m.projection),
+                   "options": {"features": 16}}
+
+
 class MeanOfValues(Attention):
     """Each query's mean of the values it may see: what an approximation must beat. Its own reference
     (below) agrees, so only the approximation check can catch it."""
@@ -270,6 +339,10 @@ BROKEN = [
     ("device-placement", MakesCpuTensors, {}),
     ("deterministic", Noisy, {}),
     ("large-magnitude", NaiveSoftmax, {}),
+    ("empty-sequences", ShiftsByRowMax, {}),
+    ("outlier-keys", SharedShift, {}),
+    ("long-sequences", FirstKeysOnly, {}),
+    ("random-features", UnsignedQrFeatures, RANDOM_FEATURES),
     ("approximation", MeanOfValues, {"approximates": "softmax", "reference": mean_reference}),
     ("decoding", Rotary, {"decoder": decoder(rotary_step(offset=1))}),
     ("decoding-state", Attention, {"decoder": decoder(sdpa_step, growth="fixed")}),
@@ -286,9 +359,10 @@ def test_check_fails_on_a_variant_broken_for_it(registry, check_name, module_cla
 
 @pytest.mark.parametrize("check_name", [b[0] for b in BROKEN])
 def test_check_passes_on_the_correct_variant(registry, check_name):
-    fields = {"baselines": {"baselines": {"sdpa": lambda m: m}},
+    fields = {"baselines": {"baselines": {"sdpa": lambda m: m}}, "random-features": RANDOM_FEATURES,
               "approximation": {"approximates": "softmax"}}.get(check_name, {"decoder": decoder(sdpa_step)})  # exact softmax approximates it best
-    results = run(registry, check_name, make_variant(Attention, **fields))
+    module_class = RandomFeatureSoftmax if check_name == "random-features" else Attention
+    results = run(registry, check_name, make_variant(module_class, **fields))
     assert results and all(r.status == PASSED for r in results), [r for r in results if r.status != PASSED]
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
+import statistics
 
 import torch
 from torch.autograd.gradcheck import GradcheckError
 from torch.func import functional_call
 
 import zoo
-from zoo import approximation, decoding
+from zoo import approximation, checks, decoding
 from zoo.cases import Case, cases_for, relative_error
 from zoo.checks import BAD, ERROR, FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
@@ -333,6 +335,104 @@ def check_large_magnitude(variant, profile):
                      detail="" if finite else "non-finite outputs (softmax overflow?)", params=case.params())
 
 
+def _empty_cases(tags) -> list[Case]:
+    """Sequences of length 0 (queries, keys or both) and a batch of 0, in every mode the variant takes."""
+    shapes = [(2, 0, 0), (0, 5, 5)] + ([(2, 0, 5), (2, 5, 0)] if tags.allows_different_lengths else [])
+    modes = [False] + ([True] if tags.supports_causal else [])
+    return [Case(batch=b, q_len=q, k_len=k, causal=causal) for b, q, k in shapes for causal in modes]
+
+
+def check_empty_sequences(variant, profile):
+    """A length-0 sequence (queries, keys or both) or a batch of 0 gives an output of the right shape, equal to the
+    float64 reference (queries with no key give what a fully masked row gives), and a backward that runs: a model
+    meets them at the edges of a batch."""
+    for case in _empty_cases(variant.tags):
+        case.options = dict(variant.check_options)
+        module, (q, k, v, mask) = _setup(variant, case, _seeds(profile, 15)[0])
+        try:
+            inputs = [x.clone().requires_grad_() for x in (q, k, v)]
+            out = _call(module, case, *inputs, mask)
+            out.sum().backward()
+            with torch.no_grad():
+                expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
+            problem = "" if expected.shape == out.shape else f"reference gives shape {tuple(expected.shape)}"
+            error = relative_error(out.detach(), expected) if out.numel() and not problem else 0.0
+            if error > FLOAT64_TOLERANCE:
+                problem = f"relative error vs float64 reference {error:.3g} > {FLOAT64_TOLERANCE:g}"
+        except Exception as exc:  # a crash on an empty input is this check's finding, not an error of the run
+            problem = f"raised {checks.describe_exception(exc)}"
+        yield Result("empty-sequences", FAILED if problem else PASSED, case.describe(), detail=problem,
+                     params=case.params())
+
+
+OUTLIER_SCALE = 20.0  # the big keys' norm, in units of the others'; enough to push a shared float32 stabiliser
+# (exp of a logit over all keys) past float32's range on the check's small heads
+HARD_TOLERANCE = 1e-4  # float32 against float64 where the softmax is peaked by 20x keys (a float32 rounding of a
+# logit of 100 moves its weight by about 1e-5)
+
+
+def _outlier_cases(variant) -> list[tuple[Case, str]]:
+    """(case, which keys are hidden): keys a query may not see, masked (padding) or in the future (causal)."""
+    tags, cases = variant.tags, []
+    if tags.accepts_attn_mask:
+        cases.append((Case(batch=2, q_len=10, k_len=10, mask="padding"), "masked"))
+    if tags.supports_causal:
+        cases.append((Case(batch=2, q_len=11, k_len=11, causal=True), "future"))
+    for case, _ in cases:
+        case.options = dict(variant.check_options)
+    return cases
+
+
+def check_outlier_keys(variant, profile):
+    """In float32, keys a query may not see (masked, or in its future) whose norm is far from the visible keys'
+    (20x larger, or 20x smaller than theirs) leave its output equal to the float64 reference: a stabiliser taken
+    over every key, as one shift for all of them, lets such a key zero (or overflow) what the query may see.
+    Standard normal inputs never reach this regime."""
+    cases = _outlier_cases(variant)
+    if not cases:
+        yield Result("outlier-keys", SKIPPED, detail="variant takes neither masks nor is_causal: every key is visible")
+        return
+    for case, hidden_by in cases:
+        for seed in _seeds(profile, 16):
+            module, (q, k, v, mask) = _setup(variant, case, seed, torch.float32)
+            hidden = (~mask[:, 0, 0] if hidden_by == "masked" else
+                      (torch.arange(case.k_len) >= case.k_len // 2).expand(case.batch, -1))
+            for big in ("hidden", "visible"):
+                keys = k.clone()
+                scaled = hidden if big == "hidden" else ~hidden
+                keys[scaled] *= OUTLIER_SCALE
+                with torch.no_grad():
+                    out = module(q, keys, v, attn_mask=mask, is_causal=case.causal)
+                    double = copy.deepcopy(module).double()
+                    expected = variant.reference(double, q.double(), keys.double(), v.double(), attn_mask=mask,
+                                                 is_causal=case.causal)
+                error = relative_error(out, expected) if torch.isfinite(out).all() else float("inf")
+                ok = error <= HARD_TOLERANCE
+                setting = f"{case.describe()} float32 {hidden_by} keys {'20x' if big == 'hidden' else '1/20x'} the visible"
+                yield Result("outlier-keys", PASSED if ok else FAILED, setting, error, "rel. error",
+                             "" if ok else f"relative error vs float64 reference {error:.3g} > {HARD_TOLERANCE:g} at seed "
+                             f"{seed}: keys a query may not see change what it computes in float32",
+                             params={**case.params(), "hidden": hidden_by, "big": big})
+
+
+LONG_LENGTH = 300  # spans several chunks, blocks or windows at every built-in's default sizes (64, 128), not a
+# multiple of them
+
+
+def check_long_sequences(variant, profile):
+    """At the variant's default options (not its small check options), a sequence spanning several of its chunks,
+    blocks or windows equals the float64 reference: a fault that appears only past a default chunk is caught."""
+    tags = variant.tags
+    cases = [Case(batch=1, q_len=LONG_LENGTH, k_len=LONG_LENGTH)]
+    if tags.supports_causal:
+        cases.append(Case(batch=1, q_len=LONG_LENGTH, k_len=LONG_LENGTH, causal=True))
+    if tags.accepts_attn_mask:
+        cases.append(Case(batch=1, q_len=LONG_LENGTH, k_len=LONG_LENGTH, mask="padding", causal=tags.supports_causal))
+    for case in cases:
+        errors = _reference_errors(variant, case, _seeds(profile, 17)[:1], torch.float64)
+        yield _verdict("long-sequences", case, errors, FLOAT64_TOLERANCE, "relative error vs float64 reference")
+
+
 APPROXIMATION_LENGTH, APPROXIMATION_D_MODEL, APPROXIMATION_HEADS = 256, 64, 2
 
 
@@ -358,6 +458,102 @@ def check_approximation(variant, profile):
                      + f" {approximation.TRIVIAL_LEVEL:g}" + ("" if passed else ": no better than each query's mean "
                                                               f"of the values as an approximation of {variant.approximates}")
                      + f" ({approximation.describe(errors)})", n=APPROXIMATION_LENGTH, mode=mode)
+
+
+RANDOM_DRAWS = 400  # independently drawn modules the statistical checks average over
+RANDOM_D_HEAD, RANDOM_HEADS = 8, 2
+FAMILY_ALPHA = 1e-3  # the chance that a correct estimator fails a check's whole family of tests (Bonferroni)
+
+
+def _critical_z(tests: int) -> float:
+    """|z| beyond which one of ``tests`` two-sided tests rejects, at family-wise level FAMILY_ALPHA."""
+    return statistics.NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * tests))
+
+
+PAIR_NORM = 0.5  # |x| d^-1/4 of every pair's query and key: larger norms give the estimates heavy tails (a
+# lognormal's), whose sample means fall short of the kernel and fail a correct estimator
+
+
+def _pairs(seed: int, width: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Fixed (query, key) pairs: along the first and last axes and two random directions u, the pairs (u, u),
+    (-u, -u) and (u, v) with v orthogonal to u; a biased draw of directions shows along some axis."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def direction(*away: torch.Tensor) -> torch.Tensor:
+        x = torch.randn(width, generator=generator, dtype=torch.float64)
+        for other in away:
+            x = x - (x @ other) * other
+        return x / x.norm()
+
+    axes = [torch.eye(width, dtype=torch.float64)[0], torch.eye(width, dtype=torch.float64)[-1], direction(), direction()]
+    names = ["axis 0", f"axis {width - 1}", "random u", "random u'"]
+    queries, keys, labels = [], [], []
+    for axis, name in zip(axes, names):
+        for query, key, label in ((axis, axis, "(u, u)"), (-axis, -axis, "(-u, -u)"), (axis, direction(axis), "(u, v)")):
+            queries.append(query)
+            keys.append(key)
+            labels.append(f"{label} along {name}")
+    scale = PAIR_NORM * width ** 0.25
+    return torch.stack(queries) * scale, torch.stack(keys) * scale, labels
+
+
+def check_random_features(variant, profile):
+    """For a random-feature estimator (zoo.RandomFeatures), over 400 independently built modules: the mean estimate
+    of its kernel on fixed query/key pairs is the exact kernel within a confidence interval (unbiasedness), and the
+    random directions are isotropic (each coordinate of a unit direction has mean 0 and mean square 1/d). A module's
+    own reference shares its draws, so only many draws can show a biased one."""
+    features = variant.random_features
+    if features is None:
+        yield Result("random-features", SKIPPED, detail="variant declares no random features (zoo.RandomFeatures)")
+        return
+    width, heads = RANDOM_D_HEAD, RANDOM_HEADS
+    query, key, labels = _pairs(profile.seed, width)
+    q = query.expand(1, heads, *query.shape)
+    k = key.expand(1, heads, *key.shape)
+    exact = (torch.exp((q * k).sum(-1) / math.sqrt(width)) if features.kernel is None else
+             torch.diagonal(features.kernel(q, k), dim1=-2, dim2=-1))
+    ratios, directions = [], []
+    for draw in range(RANDOM_DRAWS):
+        torch.manual_seed(profile.seed * 100_003 + draw)
+        module = zoo.build(variant, d_model=width * heads, num_heads=heads, **variant.check_options).double()
+        with torch.no_grad():
+            estimate = (features.features(module, q) * features.features(module, k)).sum(-1)
+            ratios.append((estimate / exact)[0])  # (heads, pairs)
+            if features.directions is not None:
+                rows = features.directions(module).double()
+                directions.append(rows / rows.norm(dim=-1, keepdim=True))  # (heads, features, width)
+    ratios = torch.stack(ratios)  # (draws, heads, pairs)
+    mean, spread = ratios.mean(0), ratios.std(0) / math.sqrt(RANDOM_DRAWS)
+    z = (mean - 1) / spread.clamp_min(1e-12)
+    critical = _critical_z(z.numel())
+    worst = int(z.abs().argmax())
+    head, pair = divmod(worst, z.shape[1])
+    ok = float(z.abs().max()) <= critical
+    options = " ".join(f"{name}={value!r}" for name, value in variant.check_options.items())
+    setting = f"d_head={width} heads={heads} {options} {RANDOM_DRAWS} draws {z.shape[1]} pairs".replace("  ", " ")
+    yield Result("random-features", PASSED if ok else FAILED, f"{setting} unbiased", float(z.abs().max()), "|z|",
+                 "" if ok else f"the mean estimate of the kernel over {RANDOM_DRAWS} draws is "
+                 f"{float(mean[head, pair]):.3f} x the exact kernel (+-{float(spread[head, pair]) * critical:.3f}) "
+                 f"for the pair {labels[pair]} in head {head}: the estimator is biased", params={"test": "unbiased"})
+    if not directions:
+        yield Result("random-features", SKIPPED, f"{setting} isotropic", detail="the variant gives no directions")
+        return
+    units = torch.stack(directions).flatten(0, 1)  # (draws x heads, features, width): rows by their place
+    count = units.shape[0]
+    first = units.mean(0) / math.sqrt(1 / width / count)
+    fourth = 3 / (width * (width + 2)) - 1 / width ** 2  # the variance of a coordinate's square on the sphere
+    second = ((units ** 2).mean(0) - 1 / width) / math.sqrt(fourth / count)
+    z = torch.stack([first, second])
+    critical = _critical_z(z.numel())
+    moment, row, axis = (int(i) for i in torch.unravel_index(z.abs().argmax(), z.shape))
+    ok = float(z.abs().max()) <= critical
+    what = ["mean", "mean square"][moment]
+    expected = ["0", f"{1 / width:.3f}"][moment]
+    found = float([units.mean(0), (units ** 2).mean(0)][moment][row, axis])
+    yield Result("random-features", PASSED if ok else FAILED, f"{setting} isotropic", float(z.abs().max()), "|z|",
+                 "" if ok else f"coordinate {axis} of row {row}'s unit direction has {what} {found:.3f} over "
+                 f"{count} draws, not {expected} (|z| {float(z.abs().max()):.1f} > {critical:.1f}): the directions are "
+                 "not isotropic", params={"test": "isotropic"})
 
 
 DECODE_LENGTH = 20  # positions a decode runs over on the check's small shapes (check_options: a window below it):
@@ -560,6 +756,14 @@ CHECKS = [
           "behind the inputs' back", check_device_placement),
     Check("deterministic", SUITE, "two identical calls give identical outputs", check_deterministic),
     Check("large-magnitude", SUITE, "finite outputs for inputs scaled by 1e4", check_large_magnitude),
+    Check("empty-sequences", SUITE, "length-0 queries, keys or both, and a batch of 0: the right shape, the "
+          "reference's values and a backward that runs", check_empty_sequences),
+    Check("outlier-keys", SUITE, "in float32, masked or future keys 20x larger or smaller than the visible ones leave "
+          "the output equal to the float64 reference to 1e-4", check_outlier_keys),
+    Check("long-sequences", SUITE, "at the default options, a sequence of 300 spanning several chunks, blocks or "
+          "windows equals the float64 reference", check_long_sequences),
+    Check("random-features", SUITE, "a random-feature estimator's mean over 400 draws is its kernel, and its "
+          "directions are isotropic (z-tests at family-wise level 0.001)", check_random_features),
     Check("decoding", SUITE, "a prefill then one step per token equals the causal forward (float64), with and "
           "without key padding, at prefills of 0, 1, n/2 and n - 1 tokens", check_decoding),
     Check("decoding-state", SUITE, "the decoder's state grows as declared (per token, up to a window, or fixed), "
