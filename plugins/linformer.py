@@ -3,7 +3,8 @@
 
 A layer (query/key/value/output projections like multi-head attention) with two learned length projections
 E and F of shape (proj_len, max_len), shared by the heads (the paper's "headwise sharing"); a shorter
-sequence uses their first k_len columns. It approximates softmax attention only once E and F are trained,
+sequence uses their first k_len columns. The key and value projections run after the mixing, on proj_len rows
+(linear maps commute: E (x W^T + b) = (E x) W^T + (E 1) b). It approximates softmax attention only once E and F are trained,
 and, being a layer, is not measured against softmax on the same inputs (the board says why). No causal
 mode and no attention mask: mixing positions before attending cannot keep either.
 """
@@ -16,6 +17,12 @@ from torch import nn
 import zoo
 from zoo.functional import merge_heads, split_heads
 from zoo.reference import linear, softmax_attention
+
+
+def _mixed_first(mix, layer, x):
+    """E (x W^T + b) as (E x) W^T + (E 1) b: the projection runs on proj_len rows instead of the sequence's."""
+    mixed = torch.nn.functional.linear(mix @ x, layer.weight)
+    return mixed if layer.bias is None else mixed + mix.sum(-1, keepdim=True) * layer.bias
 
 
 class LinformerAttention(nn.Module):
@@ -36,7 +43,7 @@ class LinformerAttention(nn.Module):
         h = self.num_heads
         e, f = self.length_proj[:, :, :k_len]
         q = split_heads(self.q_proj(query), h)
-        k, v = (split_heads(mix @ layer(x), h) for mix, layer, x in ((e, self.k_proj, key), (f, self.v_proj, value)))
+        k, v = (split_heads(_mixed_first(mix, layer, x), h) for mix, layer, x in ((e, self.k_proj, key), (f, self.v_proj, value)))
         return self.out_proj(merge_heads(torch.nn.functional.scaled_dot_product_attention(q, k, v)))
 
 
@@ -51,7 +58,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, proj_len=256, **options):
-    projections = 2.0 * batch * d_model * d_model * (2 * q_len + 2 * k_len)  # q, out; k, v
+    projections = 2.0 * batch * d_model * d_model * (2 * q_len + 2 * proj_len)  # q, out; k, v after the mixing
     mixing = 2 * 2.0 * batch * proj_len * k_len * d_model  # E K and F V
     return projections + mixing + 4.0 * batch * q_len * proj_len * d_model
 

@@ -56,9 +56,9 @@ def causal_chunked(q, k, v, gamma, chunk: int):
     kv = (k * (gamma ** (chunk - 1 - position).view(-1, 1)).to(k.dtype)).transpose(-2, -1) @ v  # (b, h, chunks, d, d_v)
     carry = (gamma.squeeze(-1) ** chunk).to(q.dtype)  # (heads, 1, 1)
     state, entering = torch.zeros_like(kv[:, :, 0]), []
-    for index in range(chunks):
-        entering.append(state)
-        state = carry * state + kv[:, :, index]
+    for chunk_kv in kv.unbind(2):  # views taken at once: indexing kv per chunk made autograd's backward build a
+        entering.append(state)  # full-size zero gradient per chunk (cost growing with chunks squared)
+        state = carry * state + chunk_kv
     entering = torch.stack(entering, dim=2)
     earlier = (q * (gamma ** (position + 1).view(-1, 1)).to(q.dtype)) @ entering
     return (local + earlier).reshape(batch, heads, chunks * chunk, v.shape[-1])[:, :, :n]
