@@ -224,13 +224,35 @@ def section(board) -> zoo.Section:
         tables, dict(plots))
 
 
+def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None):
+    """One point per variant, x (a cost, log scale, lower is better) against y (higher is better), the Pareto front
+    joined: the variants no other beats on both at once. None when no variant has both."""
+    points = pd.DataFrame({"x": x, "y": y}).dropna().sort_values(["x", "y"], ascending=[True, False])
+    if points.empty:
+        return None
+    front = points[points.y > points.y.cummax().shift(fill_value=-1.0)]
+    plt = plots_.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.step(front.x, front.y, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
+    for variant, point in points.iterrows():
+        ax.scatter(point.x, point.y, marker="o" if variant in front.index else "x", s=40, zorder=2)
+    ax.set_xscale("log")
+    plots_.label_points(ax, [(point.x, point.y, variant) for variant, point in points.iterrows()])
+    ax.set_xlabel(xlabel, fontsize=8 if len(xlabel) > 70 else None)
+    ax.set_ylabel(ylabel)
+    if top is not None:
+        ax.set_ylim(0, top)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return plots_.save(plt, fig, name)
+
+
 def _accuracy_plot(board, quality, figures):
     """Mean accuracy over tasks against the ranking figure (each kind against its own comparator, as the ranked
-    tables), one point per variant, the Pareto front joined: the variants no other beats on both at once."""
+    tables), with its Pareto front."""
     scores = quality[quality.check == "accuracy"].dropna(subset=["value"])
     if scores.empty:
         return None
-    plt = plots_.pyplot()
     accuracy = scores.groupby("variant").value.mean()
     ranked = {v: f for v, f in figures.items() if f is not None and f.value is not None}
     if ranked:
@@ -239,24 +261,12 @@ def _accuracy_plot(board, quality, figures):
     else:
         x = quality[quality.check == "train-seconds"].groupby("variant").value.sum().reindex(accuracy.index)
         label = "training seconds over all tasks (lower is faster)"
-    points = pd.DataFrame({"x": x, "accuracy": accuracy}).dropna().sort_values(["x", "accuracy"], ascending=[True, False])
-    front = points[points.accuracy > points.accuracy.cummax().shift(fill_value=-1.0)]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.step(front.x, front.accuracy, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
-    for variant, point in points.iterrows():
-        ax.scatter(point.x, point.accuracy, marker="o" if variant in front.index else "x", s=40, zorder=2)
-    ax.set_xscale("log")
-    plots_.label_points(ax, [(point.x, point.accuracy, variant) for variant, point in points.iterrows()])
-    ax.set_xlabel(label, fontsize=8 if len(label) > 70 else None)
-    ax.set_ylabel("mean accuracy over the quality tasks")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return plots_.save(plt, fig, "accuracy-vs-speed.png")
+    return _pareto_plot(x, accuracy, label, "mean accuracy over the quality tasks", "accuracy-vs-speed.png")
 
 
 def _recall_state_plot(quality):
     """Recall at the largest number of pairs against the state the task's model keeps per sequence while decoding,
-    one point per variant that decodes, the Pareto front joined (Based, Arora et al. 2024: the recall a state
+    one point per variant that decodes, with its Pareto front (Based, Arora et al. 2024: the recall a state
     size buys)."""
     states = quality[quality.check == "recall-state-bytes"].dropna(subset=["value", "n"])
     curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
@@ -265,24 +275,8 @@ def _recall_state_plot(quality):
     pairs = int(curve.n.max())
     recall = curve[curve.n == pairs].groupby("variant").value.last()
     state = states[states.n == pairs].groupby("variant").value.last()
-    points = pd.DataFrame({"state": state, "recall": recall}).dropna().sort_values(["state", "recall"],
-                                                                                 ascending=[True, False])
-    if points.empty:
-        return None
-    front = points[points.recall > points.recall.cummax().shift(fill_value=-1.0)]
-    plt = plots_.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.step(front.state, front.recall, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
-    for variant, point in points.iterrows():
-        ax.scatter(point.state, point.recall, marker="o" if variant in front.index else "x", s=40, zorder=2)
-    ax.set_xscale("log")
-    plots_.label_points(ax, [(point.state, point.recall, variant) for variant, point in points.iterrows()])
-    ax.set_xlabel("decoding state per sequence of the recall model at the task's length (bytes)")
-    ax.set_ylabel(f"associative recall at {pairs} pairs")
-    ax.set_ylim(0, 1.02)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return plots_.save(plt, fig, "recall-vs-state.png")
+    return _pareto_plot(state, recall, "decoding state per sequence of the recall model at the task's length (bytes)",
+                        f"associative recall at {pairs} pairs", "recall-vs-state.png", top=1.02)
 
 
 def _recall_plot(curve):
