@@ -195,10 +195,10 @@ def exp_kernel_attention(fq: Tensor, key_logits: Tensor, v: Tensor, attn_mask: T
     q_len, k_len = fq.shape[-2], key_logits.shape[-2]
     if attn_mask is not None:
         keep = attn_mask if attn_mask.dim() >= 2 else attn_mask.view(1, -1)
-        if keep.shape[-2] != 1 or (is_causal and q_len != k_len):  # depends on the query: the quadratic form
+        if keep.shape[-2] != 1:  # depends on the query: the quadratic form
             return _quadratic_exp_kernel(fq, key_logits, v, combine_masks(attn_mask, is_causal, q_len, k_len, fq.device))
         key_logits = key_logits.masked_fill(~keep[..., 0, :, None], -torch.inf)  # key padding: no features at all
-    if is_causal and q_len != k_len:
+    if is_causal and q_len != k_len:  # padding, if any, is in the logits now
         return _quadratic_exp_kernel(fq, key_logits, v, causal_mask(q_len, k_len, fq.device))
     if not is_causal:  # every query sees the same keys: one shift for all of them
         shift = _finite(key_logits.detach().amax(dim=(-2, -1), keepdim=True)) if key_logits.numel() else 0.0

@@ -524,14 +524,13 @@ def check_random_features(variant, profile):
                 directions.append(rows / rows.norm(dim=-1, keepdim=True))  # (heads, features, width)
     ratios = torch.stack(ratios)  # (draws, heads, pairs)
     mean, spread = ratios.mean(0), ratios.std(0) / math.sqrt(RANDOM_DRAWS)
-    z = (mean - 1) / spread.clamp_min(1e-12)
-    critical = _critical_z(z.numel())
-    worst = int(z.abs().argmax())
-    head, pair = divmod(worst, z.shape[1])
-    ok = float(z.abs().max()) <= critical
-    options = " ".join(f"{name}={value!r}" for name, value in variant.check_options.items())
-    setting = f"d_head={width} heads={heads} {options} {RANDOM_DRAWS} draws {z.shape[1]} pairs".replace("  ", " ")
-    yield Result("random-features", PASSED if ok else FAILED, f"{setting} unbiased", float(z.abs().max()), "|z|",
+    z = ((mean - 1) / spread.clamp_min(1e-12)).abs()
+    critical, largest = _critical_z(z.numel()), float(z.max())
+    head, pair = divmod(int(z.argmax()), z.shape[1])
+    ok = largest <= critical
+    setting = " ".join([f"d_head={width} heads={heads}", *(f"{name}={value!r}" for name, value in variant.check_options.items()),
+                        f"{RANDOM_DRAWS} draws {z.shape[1]} pairs"])
+    yield Result("random-features", PASSED if ok else FAILED, f"{setting} unbiased", largest, "|z|",
                  "" if ok else f"the mean estimate of the kernel over {RANDOM_DRAWS} draws is "
                  f"{float(mean[head, pair]):.3f} x the exact kernel (+-{float(spread[head, pair]) * critical:.3f}) "
                  f"for the pair {labels[pair]} in head {head}: the estimator is biased", params={"test": "unbiased"})
@@ -540,20 +539,18 @@ def check_random_features(variant, profile):
         return
     units = torch.stack(directions).flatten(0, 1)  # (draws x heads, features, width): rows by their place
     count = units.shape[0]
-    first = units.mean(0) / math.sqrt(1 / width / count)
+    moments = torch.stack([units.mean(0), (units ** 2).mean(0)])  # each coordinate's mean and mean square
     fourth = 3 / (width * (width + 2)) - 1 / width ** 2  # the variance of a coordinate's square on the sphere
-    second = ((units ** 2).mean(0) - 1 / width) / math.sqrt(fourth / count)
-    z = torch.stack([first, second])
-    critical = _critical_z(z.numel())
-    moment, row, axis = (int(i) for i in torch.unravel_index(z.abs().argmax(), z.shape))
-    ok = float(z.abs().max()) <= critical
-    what = ["mean", "mean square"][moment]
-    expected = ["0", f"{1 / width:.3f}"][moment]
-    found = float([units.mean(0), (units ** 2).mean(0)][moment][row, axis])
-    yield Result("random-features", PASSED if ok else FAILED, f"{setting} isotropic", float(z.abs().max()), "|z|",
-                 "" if ok else f"coordinate {axis} of row {row}'s unit direction has {what} {found:.3f} over "
-                 f"{count} draws, not {expected} (|z| {float(z.abs().max()):.1f} > {critical:.1f}): the directions are "
-                 "not isotropic", params={"test": "isotropic"})
+    z = torch.stack([moments[0] / math.sqrt(1 / width / count),
+                     (moments[1] - 1 / width) / math.sqrt(fourth / count)]).abs()
+    critical, largest = _critical_z(z.numel()), float(z.max())
+    moment, row, axis = (int(i) for i in torch.unravel_index(z.argmax(), z.shape))
+    ok = largest <= critical
+    what, expected = [("mean", "0"), ("mean square", f"{1 / width:.3f}")][moment]
+    yield Result("random-features", PASSED if ok else FAILED, f"{setting} isotropic", largest, "|z|",
+                 "" if ok else f"coordinate {axis} of row {row}'s unit direction has {what} "
+                 f"{float(moments[moment, row, axis]):.3f} over {count} draws, not {expected} (|z| {largest:.1f} > "
+                 f"{critical:.1f}): the directions are not isotropic", params={"test": "isotropic"})
 
 
 DECODE_LENGTH = 20  # positions a decode runs over on the check's small shapes (check_options: a window below it):
