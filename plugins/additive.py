@@ -204,6 +204,7 @@ def zoo_register_variants(register):
         options={"chunk_rows": None},
         check_options={"chunk_rows": 2},
         baselines={"naive-broadcast": naive_broadcast},
+        best_known="naive-broadcast",
         floors={"tanh-floor": tanh_floor},
         decoder=zoo.Decoder(prefill=prefill, step=step, growth="token", state_bytes=cache_bytes),
         targets=(

@@ -109,6 +109,7 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=2, memory=1),
         options={"kdim": None, "vdim": None},
         baselines={"torch-mha": torch_mha(need_weights=False), "torch-mha-weights": torch_mha(need_weights=True)},
+        best_known="torch-mha",
         flops=flops,
         decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=context_bytes, context=True),
         targets=(

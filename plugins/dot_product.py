@@ -58,6 +58,7 @@ def zoo_register_variants(register):
                           "num_heads splits the given features into heads without projections; the paper's heads come with W^Q, W^K, W^V"),
         ),
         factory=DotProductAttention,
+        best_known="torch-sdpa",
         reference=reference,
         tags=zoo.Tags(),
         complexity=zoo.Complexity(time=2, memory=1),

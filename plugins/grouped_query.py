@@ -130,7 +130,8 @@ TARGETS = (
 @zoo.hookimpl
 def zoo_register_variants(register):
     common = dict(family="softmax", reference=reference, tags=zoo.Tags(has_parameters=True),
-                  complexity=zoo.Complexity(time=2, memory=1), baselines={"repeated-kv": repeated_kv})
+                  complexity=zoo.Complexity(time=2, memory=1), baselines={"repeated-kv": repeated_kv},
+                  best_known="repeated-kv")
     register(zoo.Variant(
         name="grouped-query",
         summary="Grouped-query attention: query heads share kv_heads key/value heads (SDPA enable_gqa).",

@@ -21,8 +21,7 @@ from zoo.reference import linear, softmax_attention
 
 def _mixed_first(mix, layer, x):
     """E (x W^T + b) as (E x) W^T + (E 1) b: the projection runs on proj_len rows instead of the sequence's."""
-    mixed = torch.nn.functional.linear(mix @ x, layer.weight)
-    return mixed if layer.bias is None else mixed + mix.sum(-1, keepdim=True) * layer.bias
+    return _projected(mix @ x, mix, layer)
 
 
 class LinformerAttention(nn.Module):
@@ -63,6 +62,29 @@ def flops(batch, q_len, k_len, d_model, num_heads, proj_len=256, **options):
     return projections + mixing + 4.0 * batch * q_len * proj_len * d_model
 
 
+def _projected(mixed, mix, layer):
+    """(E x) W^T + (E 1) b from the already mixed rows E x."""
+    out = torch.nn.functional.linear(mixed, layer.weight)
+    return out if layer.bias is None else out + mix.sum(-1, keepdim=True) * layer.bias
+
+
+def stacked_mixing(module):
+    """The mix-first form with both length projections in one matmul when keys and values are one tensor
+    (self-attention): [E; F] x on 2 proj_len rows, then each half through its projection, then SDPA."""
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        h, k_len, p = module.num_heads, key.shape[1], module.proj_len
+        mixes = module.length_proj[:, :, :k_len]
+        if key is value:
+            both = mixes.flatten(0, 1) @ key  # (batch, 2 proj_len, d_model)
+            mixed = (both[:, :p], both[:, p:])
+        else:
+            mixed = (mixes[0] @ key, mixes[1] @ value)
+        k, v = (split_heads(_projected(x, mix, layer), h) for x, mix, layer in zip(mixed, mixes, (module.k_proj, module.v_proj)))
+        q = split_heads(module.q_proj(query), h)
+        return module.out_proj(merge_heads(torch.nn.functional.scaled_dot_product_attention(q, k, v)))
+    return run
+
+
 @zoo.hookimpl
 def zoo_register_variants(register):
     register(zoo.Variant(
@@ -87,6 +109,8 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=1, memory=1),
         options={"proj_len": 256, "max_len": 16384},
         check_options={"proj_len": 4, "max_len": 64},
+        baselines={"stacked-mixing": stacked_mixing},
+        best_known="stacked-mixing",
         flops=flops,
         targets=(
             zoo.Target("time-ratio", versus="torch-mha-layer", at_most=1.0, phase="fwd+bwd", n=1024,

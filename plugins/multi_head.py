@@ -84,6 +84,7 @@ def zoo_register_variants(register):
         tags=zoo.Tags(has_parameters=True),
         complexity=zoo.Complexity(time=2, memory=1),
         baselines={"torch-mha": torch_mha(need_weights=False), "torch-mha-weights": torch_mha(need_weights=True)},
+        best_known="torch-mha",
         flops=flops,
         decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
                             state_bytes=cache_bytes),

@@ -17,6 +17,7 @@ key raises it.
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import zoo
@@ -59,7 +60,7 @@ class PerformerAttention(nn.Module):
         """log(phi(x) sqrt(m)) = W x - |x|^2 / 2 on (batch, heads, seq, d), in float32 at least."""
         x = x.to(torch.promote_types(x.dtype, torch.float32))
         x = x * x.shape[-1] ** -0.25
-        return torch.einsum("bhnd,hmd->bhnm", x, self.projection.to(x.dtype)) - (x * x).sum(-1, keepdim=True) / 2
+        return x @ self.projection.to(x.dtype).transpose(-2, -1) - (x * x).sum(-1, keepdim=True) / 2
 
     def query_features(self, x):
         """phi(x) sqrt(m) for queries, shifted by each query's own largest logit (it cancels in the ratio)."""
@@ -100,9 +101,8 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return weighted_sum(log_kernel, v, mask).transpose(1, 2).flatten(2)
 
 
-def _allowed_logits(module, k, key_mask):
+def _allowed(logits, key_mask):
     """The keys' logits, -inf where a key is padding: it neither adds to the state nor raises its shift."""
-    logits = module.logits(k)
     return logits if key_mask is None else logits.masked_fill(~key_mask[:, None, :, None], -math.inf)
 
 
@@ -112,8 +112,9 @@ def prefill(module, query, key, value, key_mask=None):
     q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
     fq, v = module.query_features(q), v.to(torch.promote_types(v.dtype, torch.float32))
     mask = None if key_mask is None else key_mask[:, None, None, :]
-    out = exp_kernel_attention(fq, module.logits(k), v, mask, True, module.chunk)
-    logits = _allowed_logits(module, k, key_mask)
+    key_logits = module.logits(k)  # computed once: the forward masks its own copy
+    out = exp_kernel_attention(fq, key_logits, v, mask, True, module.chunk)
+    logits = _allowed(key_logits, key_mask)
     shift = logits.amax(dim=(-2, -1), keepdim=True) if logits.shape[-2] else \
         logits.new_full((*logits.shape[:2], 1, 1), -math.inf)
     fk = torch.exp(logits - shift.masked_fill(torch.isinf(shift), 0.0))
@@ -128,7 +129,7 @@ def step(module, state, query, key, value, key_mask=None):
     the state."""
     kv, normaliser, shift = state["kv"], state["normaliser"], state["shift"]
     q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
-    logits = _allowed_logits(module, k, key_mask)
+    logits = _allowed(module.logits(k), key_mask)
     raised = torch.maximum(shift, logits.amax(dim=-1, keepdim=True))
     known = torch.isfinite(raised)  # -inf: no allowed key yet, the state is all zeros
     rescale = torch.where(known, torch.exp(shift - raised), 1.0)
@@ -148,12 +149,31 @@ def state_bytes(batch, context, d_model, num_heads, itemsize, features=256, **op
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, features=256, **options):
-    """Without is_causal: the random features of queries and keys (2 n m d each), the keys' state
-    (2 k_len m d) and its reads by the queries, values and normaliser (2 q_len m (d + 1)), per head."""
+    """Without is_causal: the random features of queries and keys (2 n m d each), the keys' state with its
+    normaliser as a ones column (2 k_len m (d + 1)) and its reads by the queries (2 q_len m (d + 1)), per head."""
     width = d_model // num_heads
-    per_head = 2.0 * features * width * (q_len + k_len) + 2.0 * k_len * features * width \
+    per_head = 2.0 * features * width * (q_len + k_len) + 2.0 * k_len * features * (width + 1) \
         + 2.0 * q_len * features * (width + 1)
     return batch * num_heads * per_head
+
+
+def matmul_features(module):
+    """FAVOR+ non-causal written directly: each side's logits as one matmul with the projection, its features
+    shifted by a single largest logit (the query's per query, the keys' over all keys), the normaliser as a ones
+    column beside the values. Masks and causal attention go to the module: no plain-torch form of those is
+    known to be faster."""
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        if is_causal or attn_mask is not None or not key.shape[1]:
+            return module(query, key, value, attn_mask, is_causal)
+        q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
+        w = module.projection.transpose(-2, -1)  # (heads, d, features)
+        scale = q.shape[-1] ** -0.25
+        q_logits, k_logits = ((x * scale) @ w - (x * x).sum(-1, keepdim=True) * (scale * scale / 2) for x in (q, k))
+        fq = torch.exp(q_logits - q_logits.detach().amax(-1, keepdim=True))
+        fk = torch.exp(k_logits - k_logits.detach().amax())
+        out = fq @ (fk.transpose(-2, -1) @ F.pad(v, (0, 1), value=1.0))
+        return merge_heads(out[..., :-1] / out[..., -1:])
+    return run
 
 
 @zoo.hookimpl
@@ -181,6 +201,8 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=1, memory=1),
         options={"features": 256, "chunk": 64},
         check_options={"features": 16, "chunk": 4},
+        baselines={"matmul-features": matmul_features},
+        best_known="matmul-features",
         error_sweeps={"features": (16, 64, 256, 1024)},  # what more random features buy
         flops=flops,
         decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=state_bytes),

@@ -161,6 +161,38 @@ def parallel(module):
     return run
 
 
+def decay_matrix_scan(module):
+    """The chunkwise form with no loop: the states entering all chunks at once, as one (chunks x chunks) matrix of
+    chunk-to-chunk decays gamma^(chunk (c - c' - 1)) (c' < c) times every chunk's decayed key-value product."""
+
+    def causal(q, k, v, gamma, size):
+        batch, heads, n, width = q.shape
+        chunks = -(-n // size)
+        if n == 0:
+            return v * 0.0
+        q, k, v = (F.pad(x, (0, 0, 0, chunks * size - n)).unflatten(2, (chunks, size)) for x in (q, k, v))
+        position = torch.arange(size, device=q.device, dtype=gamma.dtype)
+        offsets = position.view(-1, 1) - position.view(1, -1)
+        g = gamma.unsqueeze(2)  # (heads, 1, 1, 1)
+        local = ((q @ k.transpose(-2, -1)) * torch.where(offsets >= 0, g ** offsets.clamp(min=0), 0.0).to(q.dtype)) @ v
+        kv = (k * (g ** (size - 1 - position).view(-1, 1)).to(k.dtype)).transpose(-2, -1) @ v  # (b, h, c, d, d_v)
+        steps = torch.arange(chunks, device=q.device, dtype=gamma.dtype)
+        apart = steps.view(-1, 1) - steps.view(1, -1)  # c - c'
+        across = torch.where(apart >= 1, gamma ** (size * (apart - 1)).clamp(min=0), 0.0).to(q.dtype)  # (h, c, c)
+        entering = (across @ kv.flatten(3)).view_as(kv)
+        earlier = (q * (g ** (position + 1).view(-1, 1)).to(q.dtype)) @ entering
+        return (local + earlier).flatten(2, 3)[:, :, :n]
+
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        q, k, v, gamma = module.heads(query, key, value)
+        out = causal(q, k, v, gamma, module.chunk)
+        if not is_causal:
+            out = out + causal(q.flip(2), k.flip(2), v.flip(2), gamma, module.chunk).flip(2) - (q * k).sum(-1, keepdim=True) * v
+        return merge_heads(F.rms_norm(out, out.shape[-1:], eps=module.eps))
+
+    return run
+
+
 def flops(batch, q_len, k_len, d_model, num_heads, chunk=64, **options):
     """The chunked form's matmuls, without is_causal (one pass each way): per pass, q k^T and its product
     with v inside chunks (4 n chunk d_model) and the chunk states and their reads (4 n d_model d_head),
@@ -193,7 +225,8 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=1, memory=1),
         options={"chunk": 64},
         check_options={"chunk": 4},
-        baselines={"parallel": parallel},
+        baselines={"parallel": parallel, "decay-matrix-scan": decay_matrix_scan},
+        best_known="decay-matrix-scan",
         flops=flops,
         decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=state_bytes),
         targets=(

@@ -8,6 +8,7 @@ Decoding caches the keys already rotated: a key's rotation depends on its own po
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import zoo
@@ -34,6 +35,7 @@ class RotaryMultiHeadAttention(nn.Module):
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
         self.register_buffer("inv_freq", base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim),
                              persistent=False)
+        self._tables: dict = {}  # (device, dtype) -> cos, sin tables from position 0 (see tables)
 
     def angles(self, length: int, like: torch.Tensor, start: int = 0):
         """cos and sin of every (position, feature) angle for positions start.., (length, head_dim), in ``like``'s
@@ -42,6 +44,15 @@ class RotaryMultiHeadAttention(nn.Module):
         angles = torch.outer(positions, self.inv_freq.to(like.device, torch.float64)).repeat(1, 2)
         return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
 
+    def tables(self, length: int, like: torch.Tensor):
+        """:meth:`angles` from position 0, computed once per device and dtype for the longest length asked so far
+        and sliced: a forward does not recompute them (in float64) for its queries and again for its keys."""
+        key = (like.device, like.dtype)
+        cached = self._tables.get(key)
+        if cached is None or cached[0].shape[0] < length:
+            cached = self._tables[key] = self.angles(length, like)
+        return cached[0][:length], cached[1][:length]
+
     def projections(self, query, key, value):
         h = self.num_heads
         q, k, v = (split_heads(layer(x), h) for layer, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
@@ -49,7 +60,7 @@ class RotaryMultiHeadAttention(nn.Module):
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = self.projections(query, key, value)
-        q, k = (rotate(x, *self.angles(x.shape[-2], x)) for x in (q, k))
+        q, k = (rotate(x, *self.tables(x.shape[-2], x)) for x in (q, k))
         return self.out_proj(merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal)))
 
 
@@ -112,6 +123,31 @@ def complex_rotation(module):
     return run
 
 
+def cached_tables(module):
+    """The best plain-torch form known: one fused projection for self-attention (the three weights as one
+    matrix), cos and sin tables computed once per length and reused, the rotate-half product, then SDPA."""
+    tables = {}
+
+    def angles(length, like):
+        key = (length, like.device, like.dtype)
+        if key not in tables:
+            tables[key] = module.angles(length, like)
+        return tables[key]
+
+    def run(query, key, value, attn_mask=None, is_causal=False):
+        if query is key and key is value:
+            layers = (module.q_proj, module.k_proj, module.v_proj)
+            weight = torch.cat([layer.weight for layer in layers])
+            bias = None if module.q_proj.bias is None else torch.cat([layer.bias for layer in layers])
+            q, k, v = (split_heads(x, module.num_heads) for x in F.linear(query, weight, bias).chunk(3, dim=-1))
+        else:
+            q, k, v = module.projections(query, key, value)
+        q, k = (rotate(x, *angles(x.shape[-2], x)) for x in (q, k))
+        return module.out_proj(merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal)))
+
+    return run
+
+
 def flops(batch, q_len, k_len, d_model, num_heads, **options):
     projections = 2.0 * batch * d_model * d_model * (2 * q_len + 2 * k_len)  # q, out; k, v
     return projections + 4.0 * batch * q_len * k_len * d_model  # the rotations are elementwise: not counted
@@ -138,7 +174,8 @@ def zoo_register_variants(register):
         tags=zoo.Tags(has_parameters=True, key_order_invariant=False),
         complexity=zoo.Complexity(time=2, memory=1),
         options={"base": 10000.0},
-        baselines={"complex-rope": complex_rotation},
+        baselines={"complex-rope": complex_rotation, "cached-tables": cached_tables},
+        best_known="cached-tables",
         flops=flops,
         decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
                             state_bytes=cache_bytes),

@@ -250,9 +250,10 @@ def zoo_register_variants(register):
         reference=reference,
         tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
-        options={"window": 128, "block": 32},
+        options={"window": 128, "block": 128},
         check_options={"window": 3, "block": 4},
         baselines={"torch-sdpa-band": dense_band_sdpa},
+        best_known="torch-sdpa-band",
         peers={"flex-attention": flex_sliding_window},
         decoder=zoo.Decoder(prefill=prefill, step=step, growth="window", state_bytes=cache_bytes),
         targets=(

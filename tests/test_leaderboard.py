@@ -120,6 +120,26 @@ def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_
     assert rows[2]["measured"] == "n=16384: 0.55, n=4096: 0.3"
 
 
+def test_each_variant_is_shown_against_its_best_known_implementation_and_flagged_when_behind():
+    from zoo.board import Board, best_known_rows
+    from zoo.leaderboard import registered_suites
+
+    def ratio(variant, versus, n, value, low):
+        return {"variant": variant, "check": "time-ratio", "mode": "full", "phase": "fwd+bwd", "versus": versus,
+                "n": n, "value": value, "low": low}
+
+    results = pd.DataFrame([ratio("a", "fast-form", 256, 1.02, 0.98), ratio("a", "fast-form", 1024, 1.3, 1.2),
+                            ratio("b", "torch-sdpa", 256, 1.08, 1.01), ratio("b", "other", 256, 9.0, 9.0),
+                            ratio("c", "torch-sdpa", 256, 2.0, 2.0)])
+    cards = {"a": {"card": {"best_known": "fast-form"}}, "b": {"card": {"best_known": "torch-sdpa"}}, "c": {"card": {}}}
+    board = Board("r", {}, {}, results, pd.DataFrame(), cards, registered_suites())
+    rows, undeclared = best_known_rows(board, "time-ratio", ("fwd", "fwd+bwd"), [256, 1024])
+    assert undeclared == ["c"]
+    assert [(r["variant"], r["best known"], r["pass"], r["n=256"], r["n=1024"], r["verdict"]) for r in rows] == [
+        ("a", "fast-form", "fwd+bwd", "1.02x", "1.3x behind", "behind at n=1024"),
+        ("b", "torch-sdpa", "fwd+bwd", "1.08x behind?", "", "behind at n=256?")]
+
+
 def _timed_run(tmp_path):
     """A stored run of three checked cores timed in three processes: a and b within each other's interval, c
     clear of both; b's interval is wide."""

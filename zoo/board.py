@@ -20,6 +20,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from .checks import PASSED
+from .contract import BEST_KNOWN_SLACK
 from .environment import COMPARABLE_ENVIRONMENT
 from .store import Store
 from .suite import RankFigure, Suite, implicit_suite, upgrade_rows
@@ -100,6 +101,40 @@ def approximates(card: dict) -> str | None:
 def kind_of(card: dict) -> str:
     """A variant's kind from its stored card (older runs: from its has_parameters tag)."""
     return card.get("kind") or ("layer" if card.get("tags", {}).get("has_parameters") else "core")
+
+
+def best_known(card: dict) -> str:
+    """The label of the fastest known implementation of the variant's math, as its card recorded it ('' for
+    none declared, or a run stored before plugins declared one)."""
+    return str(card.get("best_known") or "")
+
+
+def best_known_rows(board, check: str, phases, lengths) -> tuple[list[dict], list[str]]:
+    """Per variant with a declared best known implementation, per mode and pass measured: its ``check`` ratio
+    (``time-ratio``, ``memory-ratio``) to that implementation at each length, each ratio over
+    :data:`zoo.contract.BEST_KNOWN_SLACK` marked *behind* (*behind?* where its stated interval reaches down to
+    the slack: a rerun may find it within); and the variants that declare none."""
+    rows, undeclared = [], []
+    for variant in board.variants:
+        label = best_known(board.card(variant))
+        if not label:
+            undeclared.append(variant)
+            continue
+        for mode in ("full", "causal"):
+            for phase in phases:
+                ratios = {n: board.value(variant, check, mode, phase, n, versus=label) for n in lengths}
+                if all(x is None for x in ratios.values()):
+                    continue
+                lows = {n: board.value(variant, check, mode, phase, n, versus=label, field="low") for n in lengths}
+                behind = [n for n, x in ratios.items() if x is not None and x > BEST_KNOWN_SLACK]
+                unsure = {n for n in behind if lows[n] is not None and lows[n] <= BEST_KNOWN_SLACK}
+                rows.append({"variant": variant, "best known": label, "mode": mode, "pass": phase,
+                             **{f"n={n}": "" if x is None else fmt_x(x) + (
+                                 (" behind?" if n in unsure else " behind") if n in behind else "")
+                                for n, x in ratios.items()},
+                             "verdict": (f"behind at n={', '.join(f'{n}?' if n in unsure else str(n) for n in behind)}"
+                                         if behind else f"within {BEST_KNOWN_SLACK:g}x")})
+    return rows, undeclared
 
 
 def origin_text(provenance: dict) -> str:

@@ -80,6 +80,8 @@ def cmd_show(args) -> int:
         print(f"    {key} = {default!r}")
     if v.baselines:
         print(f"  baselines:  {', '.join(v.baselines)}")
+    if v.best_known:
+        print(f"  best known: {v.best_known} (the fastest implementation of its math known; the board shows the ratio)")
     if v.floors:
         print(f"  floors:     {', '.join(v.floors)} (timed as lower bounds, forward only)")
     for option, values in v.error_sweeps.items():

@@ -28,6 +28,8 @@ COMPARATORS = {"core": SDPA, "layer": MHA}
 """The callable each kind of variant (:attr:`Variant.kind`) is ranked against, timed on the same shapes:
 the one place these names are defined (the speed suite's ratio rows name them in ``versus``)."""
 COMPARATOR_LABELS = {SDPA: "torch SDPA", MHA: "nn.MultiheadAttention"}
+BEST_KNOWN_SLACK = 1.05
+"""A variant whose time or memory is more than this many times its best known implementation's is flagged."""
 SOFTMAX = "softmax"
 """What :attr:`Variant.approximates` names for softmax attention (scale 1/sqrt(d_head), SDPA's masks)."""
 
@@ -230,6 +232,11 @@ class Variant:
     there; its time is reported on its own) whose output must agree with the variant's, or the peer is not
     timed. Not run by the correctness suite, so a peer may need a compiler; where its first call fails,
     the board says why.
+    ``best_known`` names the fastest implementation of the variant's math that is known: one of its
+    ``baselines`` (checked equal to it, timed in both passes, its memory counted) or the op its kind is
+    compared with (``"torch-sdpa"`` for a core, ``"torch-mha-layer"`` for a layer) where that op is the same math.
+    The board shows the variant's time and memory ratio to it at every measured length and pass, and flags a
+    ratio over :data:`BEST_KNOWN_SLACK` (the variant trails the best known implementation of its own math).
     ``error_sweeps`` maps an option of an approximation to values at which its approximation error is also
     measured (at the profile's reference length), e.g. ``{"features": (16, 64, 256, 1024)}``: the board shows
     what the option buys in accuracy.
@@ -266,6 +273,7 @@ class Variant:
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
     floors: Mapping[str, Baseline] = field(default_factory=dict)
     peers: Mapping[str, Baseline] = field(default_factory=dict)
+    best_known: str = ""
     error_sweeps: Mapping[str, tuple] = field(default_factory=dict)
     flops: Callable[..., float] | None = None
     targets: tuple[Target, ...] = ()
@@ -342,6 +350,10 @@ class Variant:
             for label, make in labelled.items():
                 if not callable(make):
                     raise RegistrationError(f"variant {self.name!r}: {kind} {label!r} must be callable")
+        if self.best_known and self.best_known not in {*self.baselines, COMPARATORS[self.kind]}:
+            raise RegistrationError(f"variant {self.name!r}: best_known {self.best_known!r} is neither one of its "
+                                    f"baselines {sorted(self.baselines)} nor {COMPARATORS[self.kind]!r}, the op a "
+                                    f"{self.kind} is compared with")
         for (kind, labelled), (other, others) in itertools.combinations(kinds, 2):
             clash = sorted(set(labelled) & set(others))
             if clash:
@@ -362,6 +374,7 @@ class Variant:
             "tags": self.tags.describe(), "approximates": self.approximates, "claimed_time": self.complexity.time,
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
             "baselines": list(self.baselines), "floors": list(self.floors), "peers": list(self.peers),
+            "best_known": self.best_known,
             "targets": [dataclasses.asdict(t) for t in self.targets],
             "decoder_growth": self.decoder.growth if self.decoder is not None else None,
             "decoder_absent": why_not(self),

@@ -129,10 +129,9 @@ def kernel_attention(fq: Tensor, fk: Tensor, v: Tensor, attn_mask: Tensor | None
         if keep.shape[-2] != 1:  # depends on the query: only the quadratic form can apply it
             return _quadratic_kernel(fq, fk, v, combine_masks(attn_mask, is_causal, q_len, k_len, fq.device))
         fk = fk * keep.transpose(-2, -1).to(fk.dtype)  # key padding: drop those keys' features
-    if not is_causal:
-        state = fk.transpose(-2, -1) @ v  # (b, h, d, d_v)
-        normaliser = fk.sum(dim=-2).unsqueeze(-1)  # (b, h, d, 1)
-        return _normalise(fq @ state, fq @ normaliser)
+    if not is_causal:  # the normaliser rides along with the values as a ones column: one matmul each side
+        out = fq @ (fk.transpose(-2, -1) @ F.pad(v, (0, 1), value=1.0))  # (b, h, q_len, d_v + 1)
+        return _normalise(out[..., :-1], out[..., -1:])
     if q_len != k_len:
         return _quadratic_kernel(fq, fk, v, combine_masks(None, True, q_len, k_len, fq.device))
     return _causal_chunked(fq, fk, v, chunk)
@@ -202,8 +201,8 @@ def exp_kernel_attention(fq: Tensor, key_logits: Tensor, v: Tensor, attn_mask: T
         return _quadratic_exp_kernel(fq, key_logits, v, causal_mask(q_len, k_len, fq.device))
     if not is_causal:  # every query sees the same keys: one shift for all of them
         shift = _finite(key_logits.detach().amax(dim=(-2, -1), keepdim=True)) if key_logits.numel() else 0.0
-        fk = torch.exp(key_logits - shift)
-        return _normalise(fq @ (fk.transpose(-2, -1) @ v), fq @ fk.sum(dim=-2).unsqueeze(-1))
+        out = fq @ (torch.exp(key_logits - shift).transpose(-2, -1) @ F.pad(v, (0, 1), value=1.0))  # a ones column
+        return _normalise(out[..., :-1], out[..., -1:])
     peak, fk = _per_key(key_logits)
     return _causal_exp_chunked(fq, fk, peak, v, chunk)
 

@@ -101,6 +101,9 @@ def zoo_register_variants(register):
         # every way it differs from the cited paper (kinds: convention, omission, substitution, extension); the
         # checks compare it with its own reference and cannot see these, so readers learn them only from here
         departures=(zoo.Departure("extension", "a temperature divides the queries; the paper has none"),),
+        # the label of the fastest implementation of the same math you know: one of its baselines= (checked equal
+        # to it), or "torch-sdpa" where it is SDPA's own math; the board shows the variant's ratio to it
+        best_known="",
     ))
 ''')
 

@@ -358,3 +358,21 @@ def test_exp_kernel_attention_keeps_earlier_outputs_when_a_future_key_has_huge_l
     after = exp_kernel_attention(fq, logits, v, is_causal=True, chunk=4)
     assert torch.isfinite(after).all() and torch.equal(after[..., :6, :], before[..., :6, :])
     assert not torch.allclose(after[..., 6:, :], before[..., 6:, :])
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_every_builtin_names_the_best_known_implementation_of_its_math(registry, name):
+    """The board shows each variant's ratio to the fastest known form of its math; a built-in without one would
+    leave a reader no way to see whether it trails it."""
+    variant = registry.variant(name)
+    assert variant.best_known in {*variant.baselines, zoo.contract.COMPARATORS[variant.kind]}
+
+
+def test_rotary_tables_computed_once_serve_shorter_and_longer_sequences(registry):
+    torch.manual_seed(0)
+    module = zoo.create("rotary", d_model=16, num_heads=2, registry=registry)
+    reference = registry.variant("rotary").reference
+    for n in (8, 3, 12, 5):  # sliced from the longest so far, recomputed when a longer one comes
+        x = torch.randn(2, n, 16)
+        assert relative_error(module(x, x, x, is_causal=True), reference(module, x, x, x, is_causal=True)) < 1e-5
+    assert [cos.shape[0] for cos, _ in module._tables.values()] == [12]

@@ -15,8 +15,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
 from zoo import plots as plots_
-from zoo.board import fmt_exp
-from zoo.contract import COMPARATOR_LABELS
+from zoo.board import best_known_rows, fmt_exp
+from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
 from zoo.plan import plan_lengths, plan_rows
@@ -132,11 +132,11 @@ def run_complexity(variant, profile):
                                  variant.complexity.time)
         yield Result("crossover-flops", MEASURED if n_star else SKIPPED, f"{mode} {phase}",
                      round(n_star) if n_star else None, "n", how, mode=mode, phase=phase)
-        for label in variant.baselines:
-            theirs = table.get((label, mode, phase), {})
+        for label in sorted(label for (label, m, p) in table if (m, p) == (mode, phase) and label != variant.name):
+            theirs = table[label, mode, phase]
             for n in (n for n in lengths if n in theirs and theirs[n][1]):
                 yield Result("memory-ratio", MEASURED, f"{mode} {phase} n={n}", by_n[n][1] / theirs[n][1],
-                             "ratio", "peak memory of the variant / the baseline's", n=n, mode=mode, phase=phase,
+                             "ratio", f"peak memory of the variant / {label}'s", n=n, mode=mode, phase=phase,
                              versus=label)
     yield from _formula_rows(variant, profile, table)
 
@@ -253,7 +253,13 @@ def section(board) -> zoo.Section:
                             SDPA, COMPARATOR_LABELS[SDPA])
              for check, phase, label in (("flops", "fwd", "FLOPs (forward, complexity shapes)"),
                                          ("memory", "fwd+bwd", "peak live tensor bytes (forward+backward)"))]
-    return zoo.Section("Complexity", [text], [zoo.Table("", [], rows), *_allocator_tables(board)],
+    lengths = sorted(int(n) for n in results[(results.suite == SUITE) & (results.check == "memory-ratio")].n.dropna().unique())
+    behind, _ = best_known_rows(board, "memory-ratio", PHASES, lengths)
+    memory = zoo.Table("Memory against the best known implementation of the same math", [], behind, note=[
+        "Peak live tensor bytes of one call of the variant / those of the fastest implementation of its own math "
+        f"its plugin knows (see the speed section), on this suite's shapes, non-causal; over {BEST_KNOWN_SLACK:g} "
+        "is marked *behind*."])
+    return zoo.Section("Complexity", [text], [zoo.Table("", [], rows), memory, *_allocator_tables(board)],
                        dict(plot for plot in plots if plot))
 
 
@@ -287,7 +293,8 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("flops-exponent", "FLOPs' fitted exponent in n, judged against the claimed time exponent", "exponent"),
         zoo.Measure("memory-exponent", "peak memory's fitted exponent in n, judged against the claim", "exponent"),
         zoo.Measure("crossover-flops", "the length from which the variant costs fewer FLOPs than torch SDPA", "n"),
-        zoo.Measure("memory-ratio", "peak memory of the variant / that of the baseline in versus", "ratio"),
+        zoo.Measure("memory-ratio", "peak memory of the variant / that of the callable in versus (a baseline, torch "
+                    "SDPA or nn.MultiheadAttention)", "ratio"),
         zoo.Measure("flops-formula", "the plugin's analytic FLOP formula against the counted FLOPs", "rel. deviation"),
         zoo.Measure("cuda-allocator-peak", "the CUDA caching allocator's peak during one call (GPU runs)", "bytes"),
         zoo.Measure("plan", "a length the measurement plan left out for the variant (or the callable in versus), "

@@ -20,9 +20,9 @@ from torch.utils.benchmark import Timer
 import zoo
 from zoo import approximation
 from zoo import plots as plots_
-from zoo.board import Footnotes, approximates, fmt_g, fmt_ms, fmt_x
+from zoo.board import Footnotes, approximates, best_known, best_known_rows, fmt_g, fmt_ms, fmt_x
 from zoo.cases import relative_error
-from zoo.contract import COMPARATOR_LABELS, COMPARATORS
+from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows, shared
@@ -428,6 +428,10 @@ def columns(board, variant) -> dict:
     for phase in (RANK_PHASE, "fwd"):
         row[ratio_header(kind, phase, n)] = _ratio_cell(board, variant, phase, n, board.notes)[1]
     row[f"fwd+bwd time, n={n}"] = fmt_ms(board.value(variant, "time", RANK_MODE, RANK_PHASE, n))
+    label = best_known(board.card(variant))
+    ratio = board.value(variant, "time-ratio", RANK_MODE, RANK_PHASE, n, versus=label) if label else None
+    row[f"fwd+bwd vs best known, n={n}"] = ("not declared" if not label else "not timed" if ratio is None else
+                                            f"{fmt_x(ratio)} {label}" + (" (behind)" if ratio > BEST_KNOWN_SLACK else ""))
     return row
 
 
@@ -549,7 +553,7 @@ def section(board) -> zoo.Section:
     for variant in variants:
         mine = results[(results.variant == variant) & (results.check == "time-ratio")]
         peers = set(board.card(variant).get("peers", []))
-        for who in sorted((set(mine.versus) | peers) - {_versus(board, variant)}):
+        for who in sorted((set(mine.versus) | peers) - {_versus(board, variant), best_known(board.card(variant))}):
             for mode in ("full", "causal"):
                 for phase in PHASES:
                     values = {n: board.value(variant, "time-ratio", mode, phase, n, versus=who) for n in lengths}
@@ -596,7 +600,16 @@ def section(board) -> zoo.Section:
             "forward "
             "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
+    behind, undeclared = best_known_rows(board, "time-ratio", PHASES, lengths)
     tables = [zoo.Table("", [], rows, footnotes=notes.reasons),  # its own and the baselines' empty cells
+              zoo.Table("Against the best known implementation of the same math", [], behind, note=[
+                  "Time of the variant / time of the fastest implementation of its own math its plugin knows "
+                  "(*best known*: one of its baselines, checked equal to it by the correctness suite, or the op its "
+                  "kind is ranked against where that is the same math), same shapes, same process, median of "
+                  f"per-round ratios. A ratio over {BEST_KNOWN_SLACK:g} is marked *behind* (the variant trails a "
+                  "known implementation of what it computes, and closing that gap needs no new idea), *behind?* "
+                  "where the ratio's interval reaches down to it (a rerun may find it within)."
+                  + (f" No best known implementation declared: {', '.join(undeclared)}." if undeclared else "")]),
               zoo.Table("Against each variant's own baselines, floors and torch SDPA", [], extra, note=[
                   "Time of the variant / time of the named callable, same shapes, same process (a *floor* is the op "
                   "the variant cannot avoid, timed in the forward pass only; a *peer* is another library's "
