@@ -430,7 +430,9 @@ def columns(board, variant) -> dict:
     row[f"fwd+bwd time, n={n}"] = fmt_ms(board.value(variant, "time", RANK_MODE, RANK_PHASE, n))
     label = best_known(board.card(variant))
     ratio = board.value(variant, "time-ratio", RANK_MODE, RANK_PHASE, n, versus=label) if label else None
-    row[f"fwd+bwd vs best known, n={n}"] = ("not declared" if not label else "not timed" if ratio is None else
+    unrecorded = "best_known" not in board.card(variant)  # stored before plugins declared one
+    row[f"fwd+bwd vs best known, n={n}"] = ("not recorded by its run" if unrecorded else "not declared" if not label
+                                            else "not timed" if ratio is None else
                                             f"{fmt_x(ratio)} {label}" + (" (behind)" if ratio > BEST_KNOWN_SLACK else ""))
     return row
 
@@ -609,7 +611,8 @@ def section(board) -> zoo.Section:
                   f"per-round ratios. A ratio over {BEST_KNOWN_SLACK:g} is marked *behind* (the variant trails a "
                   "known implementation of what it computes, and closing that gap needs no new idea), *behind?* "
                   "where the ratio's interval reaches down to it (a rerun may find it within)."
-                  + (f" No best known implementation declared: {', '.join(undeclared)}." if undeclared else "")]),
+                  + (f" No best known implementation declared (or recorded by their runs): {', '.join(undeclared)}."
+                     if undeclared else "")]),
               zoo.Table("Against each variant's own baselines, floors and torch SDPA", [], extra, note=[
                   "Time of the variant / time of the named callable, same shapes, same process (a *floor* is the op "
                   "the variant cannot avoid, timed in the forward pass only; a *peer* is another library's "
