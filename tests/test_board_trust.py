@@ -86,8 +86,8 @@ def _leaderboard(out) -> str:
 
 
 def _ranked_tables(readme: str) -> str:
-    return readme.split("## Leaderboard", 1)[1].split("## Correctness", 1)[0].split("### Not ranked", 1)[0] \
-        .split("### Unranked", 1)[0]
+    return readme.split("## Leaderboard", 1)[1].split("## Capabilities", 1)[0].split("### Not ranked", 1)[0] \
+        .split("### Unranked", 1)[0].split("### Results of an older source", 1)[0]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -235,7 +235,7 @@ def test_a_run_without_quality_shows_the_latest_trained_accuracy_labelled_with_i
     assert "### Associative recall versus number of pairs" in readme and (tmp_path / "recall-vs-pairs.png").exists()
 
 
-def test_the_board_accumulates_a_partial_run_keeps_every_other_variant_and_a_changed_source_is_not_ranked(
+def test_the_board_accumulates_a_partial_run_and_keeps_every_other_variant(
         write_plugin, tmp_path):
     import zoo
 
@@ -252,8 +252,47 @@ def test_the_board_accumulates_a_partial_run_keeps_every_other_variant_and_a_cha
     assert set(csv[csv.variant == "dot-product"].run_id) == {first}
     assert set(csv[(csv.variant == "mine") & (csv.suite == "correctness")].run_id) == {second}
 
-    (plugins / "mine.py").write_text((plugins / "mine.py").read_text() + "\n# edited after it was timed\n")
+
+
+def _refresh_command(readme: str, variant: str) -> list[str]:
+    """The command the board gives for ``variant``'s rows of an older source, as words."""
+    import shlex
+
+    line = next(line for line in readme.split("### Results of an older source", 1)[1].splitlines()
+                if line.startswith(f"- **{variant}**"))
+    return shlex.split(line.rsplit("`", 2)[1])
+
+
+def test_rows_of_an_older_source_neither_rank_nor_block_and_the_board_gives_the_command_that_refreshes_them(
+        write_plugin, tmp_path):
+    import zoo
+
+    plugins = write_plugin("mine", good_plugin("mine"))
+    first = zoo.run(["dot-product", "mine"], suites=["correctness", "complexity"], profile="smoke", out=tmp_path,
+                    plugins_dirs=[plugins]).attrs["run_id"]
+    (plugins / "mine.py").write_text((plugins / "mine.py").read_text() + "\n# edited after it was measured\n")
     zoo.run(["mine"], suites=["correctness"], profile="smoke", out=tmp_path, plugins_dirs=[plugins])
     readme = _leaderboard(tmp_path)
+    mine = next(line for line in _ranked_tables(readme).splitlines() if "| mine" in line)
+    assert mine.rstrip(" |").endswith("| this run")  # ranked on the rows of its current source only
+    command = _refresh_command(readme, "mine")
+    assert f"complexity (run {first})" in readme.split("### Results of an older source", 1)[1]
+    assert command[:5] == ["zoo", "run", "mine", "--suite", "complexity"] and "--suite" not in command[5:]
+    assert command[command.index("--out") + 1] == str(tmp_path)
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert set(csv[csv.variant == "mine"].suite) == {"correctness"}  # the old complexity rows are off the board
+
+    done = run_zoo(*command[1:], "--plugins-dir", plugins)
+    assert done.returncode == 0, done.stderr
+    readme = _leaderboard(tmp_path)
+    assert "### Results of an older source" not in readme
+    assert {"correctness", "complexity"} <= set(pd.read_csv(tmp_path / "results.csv").query("variant == 'mine'").suite)
+
+    (plugins / "mine.py").write_text((plugins / "mine.py").read_text() + "\n# edited again\n")
+    zoo.run(["mine"], suites=["complexity"], profile="smoke", out=tmp_path, plugins_dirs=[plugins])
+    readme = _leaderboard(tmp_path)
     assert "| mine" not in _ranked_tables(readme) and "| dot-product" in _ranked_tables(readme)
-    assert "source changed between runs" in readme.split("### Not ranked", 1)[1]
+    assert "### Unranked: correctness of an older source" in readme
+    done = run_zoo(*_refresh_command(readme, "mine")[1:], "--plugins-dir", plugins)
+    assert done.returncode == 0, done.stderr
+    assert "| mine" in _ranked_tables(_leaderboard(tmp_path))

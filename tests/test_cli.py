@@ -88,3 +88,41 @@ def test_bad_run_options_get_one_clear_line_and_status_2(tmp_path, args, message
 def test_argparse_rejects_non_positive_numbers(tmp_path):
     out = zoo("run-all", "--threads", "0", "--out", tmp_path)
     assert out.returncode == 2 and "--threads" in out.stderr
+
+
+@pytest.mark.parametrize("profile, options", [
+    ("quick", {}),
+    ("smoke", {"threads": 1, "dtype": "bfloat16", "lengths": [64, 128], "repeats": 2,
+               "options": {"window": 16, "mode": "fast"}, "suite_settings": {"speed": {"modes": ["full", "causal"]}}}),
+    ("full", {"processes": 1, "d_model": 32, "heads": 2, "suite_settings": {"quality": {"seeds": 1}}}),
+])
+def test_a_boards_refresh_command_rebuilds_its_runs_settings(profile, options):
+    """The options a board prints to measure rows again on its current source give a run with exactly the
+    recorded settings (as the store keeps them: JSON), so that run lands on the same board."""
+    import json
+
+    from zoo.api import default_registry
+    from zoo.cli import _parse_lengths, _parse_options, _parse_settings, build_parser
+    from zoo.harness import check_options
+    from zoo.profiles import resolve, run_arguments
+
+    suites = default_registry().suites
+    base, asked = check_options(profile, **options)
+    recorded = json.loads(json.dumps(resolve(base, suites, asked.per_suite(suites)).as_dict()))
+    arguments = run_arguments(recorded, suites)
+    assert arguments[:2] == ["--profile", profile] and (len(arguments) > 2) == bool(options)
+    args = build_parser().parse_args(["run", "dot-product", *arguments])
+    base, asked = check_options(args.profile, device=args.device or "cpu", dtype=args.dtype, threads=args.threads,
+                                processes=args.processes, options=_parse_options(args.option),
+                                lengths=_parse_lengths(args.lengths), suite_settings=_parse_settings(args.set))
+    assert json.loads(json.dumps(resolve(base, suites, asked.per_suite(suites)).as_dict())) == recorded
+
+
+def test_no_refresh_command_is_offered_for_settings_no_option_reaches():
+    from zoo.api import default_registry
+    from zoo.profiles import get_profile, run_arguments
+
+    suites = default_registry().suites
+    seeded = {**get_profile("quick", suites).as_dict(), "seed": 7}
+    assert run_arguments(seeded, suites) is None
+    assert run_arguments({"name": "quick", "repeats": 5}, suites) is None  # stored flat, before suites nested

@@ -239,15 +239,19 @@ def assert_page_shows(page: str, data: dict, captions: list[str]) -> None:
 
     elements = Elements(page).elements
     texts = {tag: ["".join(e.text) for e in elements if e.tag == tag] for tag in ("p", "h3", "li", "th", "td", "figcaption")}
-    unranked = data["unranked"]
+    unranked, stale = data["unranked"], data["stale"]
     assert [e.attributes["id"] for e in elements if "id" in e.attributes] == [
         "family-filter", "capability-filter", "approximation-filter", "visible-count",
         *[f"table-{group['kind']}" for group in data["groups"]], *(["unranked"] if unranked else []),
-        "variant-panel", "sections", "board-data"]
+        *(["stale"] if stale else []), "variant-panel", "sections", "board-data"]
     assert data["run"] in texts["p"][0] and texts["p"][1] == data["intro"].replace("*", "")
-    assert texts["h3"] == [group["title"] for group in data["groups"]] + (["Not ranked"] if unranked else [])
-    assert texts["li"] == data["notes"] + [f"{u['variant']}: {u['why']}" for u in unranked]
-    assert [unquote(e.attributes["href"]) for e in elements if e.tag == "a"] == [f"#variant-{u['variant']}" for u in unranked]
+    assert texts["h3"] == [group["title"] for group in data["groups"]] + (["Not ranked"] if unranked else []) + (
+        ["Results of an older source, left off"] if stale else [])
+    assert texts["li"] == data["notes"] + [f"{u['variant']}: {u['why']}" for u in unranked] + [
+        f"{u['variant']}: {u['suites']}: {u['command']}" for u in stale]
+    assert ["".join(e.text) for e in elements if e.tag == "code"] == ["zoo", *[u["command"] for u in stale]]
+    assert [unquote(e.attributes["href"]) for e in elements if e.tag == "a"] == [
+        f"#variant-{u['variant']}" for u in unranked + stale]
     assert texts["th"] == list(data["environment"]) and texts["td"] == list(data["environment"].values())
     assert texts["figcaption"] == captions == [e.attributes["alt"] for e in elements if e.tag == "img"]
 
@@ -282,6 +286,8 @@ def test_any_plugin_text_reaches_the_page_and_readme_as_text(text):
                        max_size=2),
     "notes": st.lists(plugin_texts, max_size=3), "capabilities": st.lists(plugin_texts, max_size=3),
     "unranked": st.lists(st.fixed_dictionaries({"variant": plugin_texts, "why": plugin_texts}), max_size=2),
+    "stale": st.lists(st.fixed_dictionaries({"variant": plugin_texts, "suites": plugin_texts, "command": plugin_texts}),
+                      max_size=2),
     "sections": st.lists(json_values, max_size=2),
     "variants": st.dictionaries(plugin_texts, json_values, max_size=3)}), captions=st.lists(plugin_texts, max_size=2))
 def test_every_text_the_page_writes_stays_in_its_html_context(data, captions):

@@ -5,6 +5,10 @@ What a board shows for run R: every job of R and, for each (variant, suite) R di
 earlier comparable run (same settings, same kind of machine), so ``zoo run windowed`` updates windowed's rows
 and leaves every other variant on the board. A suite that is ``carried`` and has no rows among those shows its
 latest rows from any run instead, labelled with their runs; those rows are shown, never gated.
+
+A variant's current source is the one its newest job on the board measured. A job that measured another source is
+*stale*: its rows leave the board (they neither rank nor block the variant), and the board names the suites and
+runs so dropped with the ``zoo run`` command that measures them again on the current source.
 """
 
 from __future__ import annotations
@@ -180,17 +184,39 @@ def board_rows(store: Store, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.concat(result_parts, ignore_index=True), pd.concat(job_parts, ignore_index=True)
 
 
-def _carried_rows(store: Store, suite: str) -> pd.DataFrame:
-    """Each variant's rows of ``suite`` from its latest finished job of it in any run."""
-    parts, covered = [], set()
+def _carried_rows(store: Store, suite: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each variant's rows of ``suite`` from its latest finished job of it in any run, and those jobs."""
+    parts, job_parts, covered = [], [], set()
     for run in reversed(list(store.runs().run_id)):
         jobs = store.jobs(run)
-        done = set(jobs[(jobs.suite == suite) & (jobs.status == "done")].variant) - covered
-        if done:
+        jobs = jobs[(jobs.suite == suite) & (jobs.status == "done") & ~jobs.variant.isin(covered)]
+        if not jobs.empty:
+            hashes = {r.variant: r.provenance.get("source_sha256") for r in jobs.itertuples()}
             rows = store.results(run)
-            parts.append(rows[(rows.suite == suite) & rows.variant.isin(done)].assign(run_id=run))
-            covered |= done
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+            rows = rows[(rows.suite == suite) & rows.variant.isin(hashes)]
+            parts.append(rows.assign(run_id=run, source_sha256=rows.variant.map(hashes)))
+            job_parts.append(jobs.assign(run_id=run))
+            covered |= set(hashes)
+    if not parts:
+        return pd.DataFrame(), pd.DataFrame()
+    return pd.concat(parts, ignore_index=True), pd.concat(job_parts, ignore_index=True)
+
+
+def current_sources(jobs: pd.DataFrame) -> dict[str, str | None]:
+    """Each variant's current source: the hash its newest job recorded (``jobs`` newest first)."""
+    current: dict[str, str | None] = {}
+    for job in jobs.itertuples():
+        current.setdefault(job.variant, job.provenance.get("source_sha256"))
+    return current
+
+
+def _is_stale(variants, hashes, current: dict) -> np.ndarray:
+    """Which rows measured a source other than their variant's current one (an unrecorded hash never is)."""
+    return np.array([bool(h) and bool(current.get(v)) and h != current[v] for v, h in zip(variants, hashes)], dtype=bool)
+
+
+def _job_hashes(jobs: pd.DataFrame) -> list:
+    return [p.get("source_sha256") for p in jobs.provenance]
 
 
 def _environments(store: Store, rows: pd.DataFrame) -> dict[str, dict]:
@@ -210,20 +236,35 @@ class Board:
     cards: dict[str, dict]
     suites: dict[str, Suite]
     carried: dict[str, pd.DataFrame] = field(default_factory=dict)
+    stale_jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # jobs of an older source, their rows dropped
+    folder: str | None = None  # the board's folder as a reader would type it (the refresh command's --out)
     notes: Footnotes = field(default_factory=Footnotes)
 
     @classmethod
-    def of(cls, store: Store, run_id: str, suites: dict[str, Suite]) -> "Board":
-        """The board of ``run_id`` in ``store``, drawn by ``suites``."""
+    def of(cls, store: Store, run_id: str, suites: dict[str, Suite], folder: str | None = None) -> "Board":
+        """The board of ``run_id`` in ``store``, drawn by ``suites``; ``folder``: where it is published."""
         results, jobs = board_rows(store, run_id)
-        results = upgrade_rows(results, suites, _environments(store, results))
         cards: dict[str, dict] = {}
         for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
             cards.setdefault(job.variant, job.provenance)
-        present = set(results.suite)
-        carried = {name: upgrade_rows(rows, suites, _environments(store, rows)) for name, suite in suites.items()
-                   if suite.carried and name not in present and not (rows := _carried_rows(store, name)).empty}
-        return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried)
+        current = current_sources(jobs)
+        stale = _is_stale(jobs.variant, _job_hashes(jobs), current)
+        stale_jobs, jobs = [jobs.loc[stale]], jobs.loc[~stale]
+        results = results.loc[~_is_stale(results.variant, results.source_sha256, current)]
+        results = upgrade_rows(results, suites, _environments(store, results))
+        present, carried = set(results.suite), {}
+        for name, suite in suites.items():
+            if suite.carried and name not in present:
+                rows, done = _carried_rows(store, name)
+                if rows.empty:
+                    continue
+                rows = rows.loc[~_is_stale(rows.variant, rows.source_sha256, current)]
+                stale_jobs.append(done.loc[_is_stale(done.variant, _job_hashes(done), current)])
+                if not rows.empty:
+                    carried[name] = upgrade_rows(rows, suites, _environments(store, rows))
+        stale_jobs = [part for part in stale_jobs if not part.empty]
+        return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried,
+                   pd.concat(stale_jobs, ignore_index=True) if stale_jobs else pd.DataFrame(), folder)
 
     # --- who is on it -----------------------------------------------------------------------------------
 
@@ -286,6 +327,34 @@ class Board:
         rows = rows.dropna(subset=[field])
         return None if rows.empty else float(rows[field].iloc[-1])
 
+    # --- rows of an older source ------------------------------------------------------------------------
+
+    def stale(self, variant: str) -> dict[str, list[str]]:
+        """The suites whose rows of ``variant`` measured an older source and were dropped: suite -> runs."""
+        jobs = self.stale_jobs
+        if jobs.empty:
+            return {}
+        mine = jobs[jobs.variant == variant]
+        return {suite: sorted(set(mine[mine.suite == suite].run_id))
+                for suite in sorted(set(mine.suite), key=lambda n: self.suite(n).order)}
+
+    def refresh_command(self, variant: str, suites: list[str], markdown: bool = False) -> str:
+        """The command that measures ``suites`` of ``variant`` on its current source onto this board (``markdown``:
+        as code), or what to do where no command rebuilds the board's settings."""
+        import shlex
+
+        from .profiles import run_arguments
+
+        arguments = run_arguments(self.settings, self.suites)
+        if arguments is None:
+            return (f"no zoo run option rebuilds this board's settings: run {variant} through the Python API with "
+                    f"the settings of run {self.run_id}")
+        words = ["zoo", "run", variant, *[part for name in suites for part in ("--suite", name)], *arguments]
+        if self.folder:
+            words += ["--out", self.folder]
+        command = " ".join(shlex.quote(word) for word in words)
+        return f"`{command}`" if markdown else command
+
     # --- the ranking ------------------------------------------------------------------------------------
 
     @property
@@ -298,7 +367,7 @@ class Board:
         """Each variant's :class:`zoo.ranking.Standing` (computed once)."""
         from .ranking import gate
 
-        return gate(self.results, self.suites)
+        return gate(self.results, self.suites, {v: list(self.stale(v)) for v in self.variants})
 
     def ranked(self, variant: str) -> bool:
         """Whether ``variant`` passes the gate."""

@@ -232,11 +232,14 @@ def _summary(results, suites) -> None:
     """One screen: per variant, its kind, the ranking gate and its ranking figure."""
     from tabulate import tabulate
 
-    from .leaderboard import summary_rows
+    from .leaderboard import summary
     from .store import Store
 
-    rows = summary_rows(Store(results.attrs["store"], readonly=True), results.attrs["run_id"], suites)
+    rows, stale = summary(Store(results.attrs["store"], readonly=True), results.attrs["run_id"], suites,
+                          Path(results.attrs["leaderboard"]).parent)
     print("\n" + tabulate(rows, headers="keys", tablefmt="plain"))
+    for line in stale:
+        print(f"zoo: {line}")
 
 
 def cmd_leaderboard(args) -> int:

@@ -23,7 +23,7 @@ from .contract import Target
 from .environment import COMPARABLE_ENVIRONMENT
 from .export import EXPORT
 from .folder import BoardFolder
-from .ranking import gate_sentence, ranked_tables, standing_text, unranked_lines, why_unranked
+from .ranking import gate_sentence, ranked_tables, stale_lines, standing_text, unranked_lines, why_unranked
 from .store import RESULT_COLUMNS, Store, device_kind
 from .suite import Section, Suite, generic_section, upgrade_name
 
@@ -53,7 +53,7 @@ def render(store: Store, run_id: str, out_dir: Path, keep_runs: bool = False,
 def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suite] | None = None) -> dict[str, bytes]:
     """The board for ``run_id`` as file name -> content: README.md, index.html, results.csv and the sections'
     plots. Only the plots of boards published in ``out_dir``'s subfolders are read from disk."""
-    board = Board.of(store, run_id, registered_suites() if suites is None else suites)
+    board = Board.of(store, run_id, registered_suites() if suites is None else suites, folder=typed_folder(out_dir))
     board.environment = {**board.environment, **_ran_on(board.jobs)}
     results = board.results
     tidy = results.assign(plugin=results.variant.map(lambda v: board.cards[v].get("plugin")),
@@ -70,6 +70,15 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
     page = webpage.page(_page_data(board, tables, unranked, sections), figures)
     text = {"README.md": readme, "index.html": page, "results.csv": csv}  # a plugin's lone surrogate becomes "?"
     return {**{name: content.encode("utf-8", "replace") for name, content in text.items()}, **plots}
+
+
+def typed_folder(out_dir: Path) -> str:
+    """``out_dir`` as a reader types it in a command: relative to the working directory when inside it."""
+    path = Path(out_dir).absolute()
+    try:
+        return str(path.relative_to(Path.cwd())) or "."
+    except ValueError:
+        return str(path)
 
 
 def _section(board: Board, name: str) -> Section | None:
@@ -122,6 +131,7 @@ def _readme(board: Board, tables, unranked, sections: list[Section], plots: list
         lines += [f"### {KIND_TITLES[kind]}", "", markdown_table(ranked), ""]
     lines += board.notes.lines()
     lines += unranked_lines(board, unranked)
+    lines += stale_lines(board)
     lines += ["## Capabilities", "", markdown_table(_capabilities(board)), ""]
     lines += _departures_section(board)
     for section in sections:
@@ -272,6 +282,8 @@ def _page_data(board: Board, tables, unranked, sections: list[Section]) -> dict:
                    for kind, rows in tables.items()],
         "notes": board.notes.reasons, "capabilities": list(TAG_LABELS.values()),
         "unranked": [{"variant": v, "why": why_unranked(board, v)} for v in unranked],
+        "stale": [{"variant": v, "suites": ", ".join(f"{suite} (run {', '.join(runs)})" for suite, runs in found.items()),
+                   "command": board.refresh_command(v, list(found))} for v in board.variants if (found := board.stale(v))],
         "sections": [{"title": s.title, "text": s.text,
                       "tables": [{"title": t.title, "note": t.note, "columns": _columns(t), "rows": t.rows,
                                   "footnotes": t.footnotes} for t in s.tables]} for s in sections],
@@ -296,6 +308,9 @@ def _variant_page(board: Board, variant: str, targets: list[dict]) -> dict:
         "family": card.get("family"), "approximates": approximates(card),
         "capabilities": {label: bool(card.get("tags", {}).get(tag)) for tag, label in TAG_LABELS.items()},
         "departures": _departures(card),
+        "standing": "ranked" if board.ranked(variant) else "not ranked: " + why_unranked(board, variant),
+        "stale": [{"suite": suite, "runs": ", ".join(runs), "command": board.refresh_command(variant, [suite])}
+                  for suite, runs in board.stale(variant).items()],
         "details": [{"title": t.title, "columns": _columns(t), "rows": t.rows} for t in details],
         "checks": [{"suite": r.suite, "check": f"{r.check} vs {r.versus}" if r.versus else r.check,
                     "setting": r.setting or "", "status": r.status,
@@ -347,14 +362,17 @@ def render_by_device(store: Store, out_dir: Path, suites: dict[str, Suite] | Non
     return index, len(latest)
 
 
-def summary_rows(store: Store, run_id: str, suites: dict[str, Suite]) -> list[dict]:
-    """What a run ends with on the terminal, per variant: its kind, the gate and its ranking figure."""
-    board = Board.of(store, run_id, suites)
+def summary(store: Store, run_id: str, suites: dict[str, Suite], out_dir: Path) -> tuple[list[dict], list[str]]:
+    """What a run ends with on the terminal, from its board in ``out_dir``: per variant its kind, the gate and
+    its ranking figure; and a line per variant with rows of an older source left off, with its refresh command."""
+    board = Board.of(store, run_id, suites, folder=typed_folder(out_dir))
     rows = []
     for variant in board.variants:
         figure = board.rank_figure(variant)
         rows.append({"variant": variant, "kind": board.kind(variant),
                      "ranking gate": standing_text(board.standings[variant], board.required_suites()) or "passed",
                      "ranked by": f"{figure.text} ({figure.column})" if figure else "-"})
-    return rows
+    stale = [f"{variant}: {', '.join(found)} rows of an older source left off the board; measure them again with: "
+             f"{board.refresh_command(variant, list(found))}" for variant in board.variants if (found := board.stale(variant))]
+    return rows, stale
 

@@ -10,6 +10,7 @@ its resolved profile, so its workers need no registry to read it.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Mapping
@@ -115,6 +116,37 @@ def get_profile(name: str, suites: Mapping[str, "Suite"] | None = None) -> Profi
     except (KeyError, TypeError):
         raise OptionError(f"--profile: unknown profile {name!r} (choose from {', '.join(PROFILES)})") from None
     return resolve(base, _registered() if suites is None else suites)
+
+
+RUN_FLAGS = {"device": "--device", "threads": "--threads", "processes": "--processes", "dtype": "--dtype"}
+
+
+def run_arguments(settings: dict, suites: Mapping[str, "Suite"]) -> list[str] | None:
+    """The ``zoo run`` options that rebuild the recorded ``settings`` from their named profile (``--profile``, each
+    run-wide flag and ``--set`` for what differs from it), so a new run lands on the same board; None where no
+    option reaches a recorded setting (a run stored before settings were nested, or a seed set in Python)."""
+    if not isinstance(settings.get("suites"), dict) or settings.get("name") not in PROFILES:
+        return None
+    recorded, base = Profile.from_dict(settings, suites), get_profile(settings["name"], suites)
+    if set(recorded.suites) != set(base.suites):
+        return None
+    arguments = ["--profile", recorded.name]
+    for run_wide in dataclasses.fields(Profile):
+        name, value = run_wide.name, getattr(recorded, run_wide.name)
+        if name in ("name", "suites") or value == getattr(base, name):
+            continue
+        if name == "variant_options":
+            arguments += [part for key, option in sorted(value.items()) for part in ("--option", f"{key}={json.dumps(option)}")]
+        elif name in RUN_FLAGS:
+            arguments += [RUN_FLAGS[name], str(value)]
+        else:
+            return None
+    for suite, values in recorded.suites.items():
+        for key, value in values.items():
+            if base.suites[suite].get(key) != value:
+                value = list(value) if isinstance(value, tuple) else value
+                arguments += ["--set", f"{suite}.{key}={json.dumps(value, separators=(',', ':'))}"]
+    return arguments
 
 
 def legacy_settings(data: dict, suites: Mapping[str, "Suite"]) -> dict[str, dict]:

@@ -2,9 +2,9 @@
 figure of the one suite that ranks), shared by README.md, the page, ``zoo leaderboard --by device`` and the
 summary a run ends with.
 
-A variant is ranked only when every ``required`` suite ran on the source its figures were measured on and
-passed, and none of its rows has a status its suite says blocks (an ``error`` in any suite always does), with
-every row from one version of its source. Within its kind (cores, layers: like is compared with like), ranked
+A variant is ranked only when every ``required`` suite ran on its current source and passed, and none of its
+rows has a status its suite says blocks (an ``error`` in any suite always does). Rows of an older source are not
+on the board (:mod:`zoo.board`): they neither rank a variant nor block it, and its standing names them. Within its kind (cores, layers: like is compared with like), ranked
 variants are ordered by the ranking figure, lower first; one without a figure comes last, with the reason. Places
 whose figures' intervals overlap are tied: they share a rank.
 """
@@ -28,6 +28,7 @@ class Standing:
     checked: bool
     reasons: list[str] = field(default_factory=list)
     blocked_by: list[str] = field(default_factory=list)  # the suites whose rows block it
+    stale: list[str] = field(default_factory=list)  # the suites whose rows measured an older source (dropped)
 
     @property
     def ranked(self) -> bool:
@@ -35,13 +36,16 @@ class Standing:
         return self.checked and not self.reasons
 
 
-def gate(results: pd.DataFrame, suites: dict[str, Suite] | None = None) -> dict[str, Standing]:
+def gate(results: pd.DataFrame, suites: dict[str, Suite] | None = None,
+         stale: dict[str, list[str]] | None = None) -> dict[str, Standing]:
     """Per variant: did the required suites run on it and pass, and which rows block it (see the module), by
-    the rules of ``suites`` (default: the registered ones)."""
+    the rules of ``suites`` (default: the registered ones); ``stale``: variant -> the suites whose rows of an
+    older source were left off."""
     if suites is None:
         from .leaderboard import registered_suites
 
         suites = registered_suites()
+    stale = stale or {}
     required = [name for name, suite in suites.items() if suite.required]
     rules = {name: suites.get(name) or implicit_suite(name) for name in set(results.suite)}
     standings: dict[str, Standing] = {}
@@ -50,21 +54,22 @@ def gate(results: pd.DataFrame, suites: dict[str, Suite] | None = None) -> dict[
         checked = all(checked_by(rows, name) for name in required) and bool(required)
         reasons = [f"{r.suite}/{r.check}: {r.detail or r.status}" + (f" [{r.setting}]" if r.setting else "")
                    for r in blocking.itertuples()]
-        if "source_sha256" in rows and rows.source_sha256.dropna().nunique() > 1:
-            versions = rows.dropna(subset=["source_sha256"]).groupby("source_sha256").run_id.first()
-            reasons.append("source changed between runs: " + "; ".join(
-                f"run {run} measured source {digest}" for digest, run in versions.items())
-                + f" (run `zoo run {variant}` again for one consistent set)")
         blocked_by = sorted(set(blocking[blocking.status == FAILED].suite))
-        standings[variant] = Standing(checked, reasons, blocked_by)
+        standings[variant] = Standing(checked, reasons, blocked_by, list(stale.get(variant, [])))
+    for variant in set(stale) - set(standings):  # every row it has is of an older source
+        standings[variant] = Standing(False, stale=list(stale[variant]))
     return standings
 
 
 def standing_text(standing: Standing, required: list[str]) -> str:
-    """'' for a ranked variant, else a few words: 'fails correctness', 'error', 'correctness not run'."""
+    """'' for a ranked variant, else a few words: 'fails correctness', 'error', 'correctness not run',
+    'correctness of an older source'."""
     if standing.reasons:
         return f"fails {', '.join(standing.blocked_by)}" if standing.blocked_by else "error"
-    return "" if standing.checked else f"{' and '.join(required) or 'no required suite'} not run"
+    if standing.checked:
+        return ""
+    old = [name for name in required if name in standing.stale]
+    return f"{' and '.join(old)} of an older source" if old else f"{' and '.join(required) or 'no required suite'} not run"
 
 
 def gate_sentence(board: Board) -> str:
@@ -137,6 +142,12 @@ def unranked_lines(board: Board, unranked: list[str]) -> list[str]:
                       for check, details in by_check.items()]
         lines.append("")
     unchecked = [v for v in unranked if v not in failing]
+    old_source = [v for v in unchecked if set(board.required_suites()) & set(board.standings[v].stale)]
+    if old_source:
+        lines += [f"### Unranked: {' and '.join(board.required_suites())} of an older source", "",
+                  "Their source changed after those suites ran, so those rows are left off; to rank them:", "",
+                  *[f"- **{cell(v)}**: {board.refresh_command(v, list(board.stale(v)), markdown=True)}" for v in old_source], ""]
+    unchecked = [v for v in unchecked if v not in old_source]
     if unchecked:
         required = " and ".join(board.required_suites())
         lines += [f"### Unranked: {required} not run", "",
@@ -152,4 +163,24 @@ def why_unranked(board: Board, variant: str) -> str:
     standing = board.standings.get(variant)
     if standing and standing.reasons:
         return "; ".join(standing.reasons[:3])
+    if standing and set(board.required_suites()) & set(standing.stale):
+        return (f"its {' and '.join(standing.stale)} rows measured an older source and are left off; "
+                f"measure them again with: {board.refresh_command(variant, standing.stale)}")
     return f"the {' and '.join(board.required_suites())} suite has not run on it with these settings"
+
+
+def stale_lines(board: Board) -> list[str]:
+    """README's account of the rows left off because their variant's source changed after they were measured:
+    per variant, the suites and runs, and the command that measures them again."""
+    from .board import cell
+
+    stale = {variant: found for variant in board.variants if (found := board.stale(variant))}
+    if not stale:
+        return []
+    lines = ["### Results of an older source, left off this board", "",
+             "These variants' source changed after the suites named ran on it, so those rows neither rank nor block "
+             "them; the command beside each measures them again on the current source:", ""]
+    for variant, found in stale.items():
+        where = "; ".join(f"{suite} (run {', '.join(runs)})" for suite, runs in found.items())
+        lines.append(f"- **{cell(variant)}**: {where}: {board.refresh_command(variant, list(found), markdown=True)}")
+    return lines + [""]

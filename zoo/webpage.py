@@ -146,6 +146,8 @@ function showVariant(name) {
   panel.appendChild(text("Citation: " + v.citation));
   panel.appendChild(text("Kind: " + v.kind + "; family: " + v.family + "; "
     + (v.approximates === null ? "exact for its own function" : "approximates " + v.approximates)));
+  section(panel, "Standing", text(v.standing));
+  if (v.stale.length) section(panel, "Results of an older source (left off)", table(v.stale, ["suite", "runs", "command"]));
   section(panel, "Capabilities", table(Object.entries(v.capabilities).map(([k, on]) => ({capability: k, "": on ? "yes" : "no"})), ["capability", ""]));
   section(panel, "Departures from the paper", v.departures === null ? text("not recorded (a run from before plugins stated them)")
     : v.departures.length ? table(v.departures, ["kind", "text"]) : text("none stated: it follows the paper as written"));
@@ -238,6 +240,8 @@ def page(data: dict, plots: list[tuple[bytes, str]]) -> str:
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in data["notes"])
     unranked = "".join(f"<li><a href=\"{html.escape(variant_href(u['variant']))}\">{html.escape(u['variant'])}</a>: "
                        f"{html.escape(u['why'])}</li>" for u in data["unranked"])
+    stale = "".join(f"<li><a href=\"{html.escape(variant_href(u['variant']))}\">{html.escape(u['variant'])}</a>: "
+                    f"{html.escape(u['suites'])}: <code>{html.escape(u['command'])}</code></li>" for u in data["stale"])
     environment = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
                           for k, v in data["environment"].items())
     return f"""<!doctype html>
@@ -258,6 +262,8 @@ def page(data: dict, plots: list[tuple[bytes, str]]) -> str:
 {tables}
 {"<p>Empty cells:</p><ol>" + notes + "</ol>" if notes else ""}
 {"<h3>Not ranked</h3><ul id='unranked'>" + unranked + "</ul>" if unranked else ""}
+{"<h3>Results of an older source, left off</h3><p>Measured before the variant's source changed; each command "
+ "measures them again.</p><ul id='stale'>" + stale + "</ul>" if stale else ""}
 <section id="variant-panel" hidden></section>
 <div id="sections"></div>
 <h2>Plots</h2>
