@@ -1,11 +1,13 @@
 """The leaderboard can be trusted under real conditions: partial results render, only checked variants
 rank, non-finite outputs are errors, and cores and layers are ranked against their own kind of op."""
 
+import json
+
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import good_plugin, run_zoo
+from conftest import good_plugin, run_zoo, zoo_here
 from zoo.leaderboard import render
 from zoo.ranking import gate
 from zoo.store import Store
@@ -233,6 +235,11 @@ def test_a_run_without_quality_shows_the_latest_trained_accuracy_labelled_with_i
     assert f"quality: mean accuracy (run {trained})" in _ranked_tables(readme)
     assert f"From run {trained} (this run did not train them" in readme
     assert "### Associative recall versus number of pairs" in readme and (tmp_path / "recall-vs-pairs.png").exists()
+    page = (tmp_path / "index.html").read_text()
+    data = json.loads(page.split('id="board-data">', 1)[1].split("</script>", 1)[0])
+    [quality] = [t for t in data["variants"]["dot-product"]["details"] if t["title"] == f"Quality (run {trained})"]
+    assert quality["columns"] == ["task", "accuracy", "chance"] and quality["rows"]  # the variant page's quality
+    assert all(row["accuracy"][0].isdigit() for row in quality["rows"])
 
 
 def test_the_board_accumulates_a_partial_run_and_keeps_every_other_variant(
@@ -274,7 +281,7 @@ def test_rows_of_an_older_source_neither_rank_nor_block_and_the_board_gives_the_
     zoo.run(["mine"], suites=["correctness"], profile="smoke", out=tmp_path, plugins_dirs=[plugins])
     readme = _leaderboard(tmp_path)
     mine = next(line for line in _ranked_tables(readme).splitlines() if "| mine" in line)
-    assert mine.rstrip(" |").endswith("| this run")  # ranked on the rows of its current source only
+    assert "this run" in [cell.strip() for cell in mine.split("|")]  # ranked on its current source's rows only
     command = _refresh_command(readme, "mine")
     assert f"complexity (run {first})" in readme.split("### Results of an older source", 1)[1]
     assert command[:5] == ["zoo", "run", "mine", "--suite", "complexity"] and "--suite" not in command[5:]
@@ -296,3 +303,52 @@ def test_rows_of_an_older_source_neither_rank_nor_block_and_the_board_gives_the_
     done = run_zoo(*_refresh_command(readme, "mine")[1:], "--plugins-dir", plugins)
     assert done.returncode == 0, done.stderr
     assert "| mine" in _ranked_tables(_leaderboard(tmp_path))
+
+
+def test_held_back_reason_compares_the_cells_both_runs_timed_against_a_stated_rule():
+    from zoo.leaderboard import HELD_BACK_FACTOR, HELD_BACK_FLOOR, held_back_reason
+
+    cells = pd.MultiIndex.from_tuples([("a", "full", "fwd", 256), ("a", "full", "fwd", 512), ("b", "full", "fwd", 256)])
+    board = pd.Series([0.02, 0.03, 0.02], index=cells)
+    assert held_back_reason(board * 2, board) is None  # twice as noisy: a noisier board, not a replaced one
+    assert held_back_reason(pd.Series(HELD_BACK_FLOOR * 0.9, index=cells), board * 0.01) is None  # under the floor
+    why = held_back_reason(pd.Series([0.5, 0.6, 0.4], index=cells), board)
+    assert why and "0.5 (median IQR/median over 3 cells), 25.0x the board's 0.02" in why and f"{HELD_BACK_FACTOR:g}x" in why
+    # only the cells both timed count: a quiet cell the board never timed does not hide a noisy shared one
+    other = pd.Series([0.6, 0.01, 0.01, 0.01], index=cells[:1].append(pd.MultiIndex.from_tuples(
+        [("c", "full", "fwd", n) for n in (1, 2, 3)])))
+    assert held_back_reason(other, board) and held_back_reason(pd.Series(dtype=float), board) is None
+
+
+def _shown_run(readme: str) -> str:
+    import re
+
+    return re.search(r"^\| run +\| (\S+)", readme, re.MULTILINE).group(1)
+
+
+def test_a_run_far_noisier_than_the_board_is_written_beside_it_and_kept(tmp_path, capsys, monkeypatch):
+    """A busy machine's run does not replace the board: its own board goes to held-back/, the run stays in the
+    store and the export, ``zoo leaderboard`` keeps the board's run and ``--run`` publishes the held one."""
+    import zoo
+    from zoo import leaderboard
+
+    first = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path).attrs["run_id"]
+    measured = leaderboard.run_noise
+    monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: measured(store, run, suites)
+                        if run == first else measured(store, run, suites) * 0 + 1.0)  # every cell spread 100%
+    warnings = []
+    second = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path, warn=warnings.append)
+    second = second.attrs["run_id"]
+    readme = _leaderboard(tmp_path)
+    assert _shown_run(readme) == first
+    held = (tmp_path / "held-back" / "README.md").read_text()
+    assert _shown_run(held) == second and "this run did not replace its folder's board: its timings spread 1" in held
+    assert len(warnings) == 1 and f"run {second} did not replace the board" in warnings[0] and "held-back" in warnings[0]
+    exported = {json.loads(line)["run_id"] for line in (tmp_path / "runs.jsonl").read_text().splitlines()}
+    assert {first, second} <= exported  # nothing lost
+
+    status, lines = zoo_here(capsys, "leaderboard", "--out", tmp_path)
+    assert status == 0 and any(f"run {second} is held back" in line for line in lines)
+    assert _shown_run(_leaderboard(tmp_path)) == first
+    assert zoo_here(capsys, "leaderboard", "--out", tmp_path, "--run", second)[0] == 0
+    assert _shown_run(_leaderboard(tmp_path)) == second

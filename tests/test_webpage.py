@@ -87,7 +87,13 @@ def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path)
         assert "Vaswani" in panel and "gradcheck" in panel and "passed" in panel
         assert "Claims and measurements" in panel and "FLOP exponent (full fwd)" in panel  # the complexity suite's
         assert "Departures from the paper" in panel and "nn.MultiheadAttention's layout" in panel  # the plugin's own
+        assert re.search(r"Standing\s+ranked\s", panel) and re.search(r"Options\s+none\s", panel)  # it has no options
+        times = page.eval_on_selector_all("#variant-panel h3", "hs => hs.map(h => h.textContent)")
+        assert "Times per length" in times and "x nn.MultiheadAttention" in panel  # every timed cell, with its ratio
         page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
+        page.evaluate("() => { location.hash = '#variant-linear'; }")
+        page.wait_for_function("() => document.getElementById('variant-title')?.textContent === 'linear'")
+        assert re.search(r"Options\s+option\s+value\s+chunk\s+\d+", page.inner_text("#variant-panel"))
         for typed in ("#variant-constructor", "#variant-%E0%A4%A", "#variant-no-such-variant"):  # a reader's typing
             page.evaluate("hash => { location.hash = hash; }", typed)
             page.wait_for_function("() => document.getElementById('variant-panel').hidden === true")
@@ -241,13 +247,13 @@ def assert_page_shows(page: str, data: dict, captions: list[str]) -> None:
     texts = {tag: ["".join(e.text) for e in elements if e.tag == tag] for tag in ("p", "h3", "li", "th", "td", "figcaption")}
     unranked, stale = data["unranked"], data["stale"]
     assert [e.attributes["id"] for e in elements if "id" in e.attributes] == [
-        "family-filter", "capability-filter", "approximation-filter", "visible-count",
+        *(["advice"] if data["advice"] else []), "family-filter", "capability-filter", "approximation-filter", "visible-count",
         *[f"table-{group['kind']}" for group in data["groups"]], *(["unranked"] if unranked else []),
         *(["stale"] if stale else []), "variant-panel", "sections", "board-data"]
     assert data["run"] in texts["p"][0] and texts["p"][1] == data["intro"].replace("*", "")
     assert texts["h3"] == [group["title"] for group in data["groups"]] + (["Not ranked"] if unranked else []) + (
         ["Results of an older source, left off"] if stale else [])
-    assert texts["li"] == data["notes"] + [f"{u['variant']}: {u['why']}" for u in unranked] + [
+    assert texts["li"] == data["advice"] + data["notes"] + [f"{u['variant']}: {u['why']}" for u in unranked] + [
         f"{u['variant']}: {u['suites']}: {u['command']}" for u in stale]
     assert ["".join(e.text) for e in elements if e.tag == "code"] == ["zoo", *[u["command"] for u in stale]]
     assert [unquote(e.attributes["href"]) for e in elements if e.tag == "a"] == [
@@ -279,7 +285,7 @@ def test_any_plugin_text_reaches_the_page_and_readme_as_text(text):
 
 @settings(PAGE_SETTINGS, max_examples=40)
 @given(data=st.fixed_dictionaries({
-    "run": plugin_texts, "intro": plugin_texts, "environment": st.dictionaries(plugin_texts, plugin_texts, max_size=3),
+    "run": plugin_texts, "intro": plugin_texts, "advice": st.lists(plugin_texts, max_size=2), "environment": st.dictionaries(plugin_texts, plugin_texts, max_size=3),
     "groups": st.lists(st.fixed_dictionaries({"kind": plugin_texts, "title": plugin_texts,
                                               "columns": st.lists(plugin_texts, max_size=3),
                                               "rows": st.lists(st.dictionaries(plugin_texts, json_values, max_size=3), max_size=2)}),

@@ -7,7 +7,7 @@ from .checks import Check, Result, requires
 from .contract import Complexity, Departure, Origin, RandomFeatures, Tags, Target, Variant, ZooError
 from .decoding import Decoder
 from .hookspecs import hookimpl
-from .suite import Measure, RankFigure, Ranking, Section, Suite, Table
+from .suite import Axis, Measure, RankFigure, Ranking, Section, Suite, Table
 
 __version__ = "0.1.0"
 
@@ -16,7 +16,7 @@ _LAZY = {
     "load_registry": "registry", "Registry": "registry", "run": "harness",
 }
 
-__all__ = ["Check", "Complexity", "Decoder", "Departure", "Measure", "Origin", "RandomFeatures", "RankFigure", "Ranking", "Result", "Section", "Suite", "Table", "Tags",
+__all__ = ["Axis", "Check", "Complexity", "Decoder", "Departure", "Measure", "Origin", "RandomFeatures", "RankFigure", "Ranking", "Result", "Section", "Suite", "Table", "Tags",
            "Target", "Variant", "ZooError", "hookimpl", "requires", *_LAZY]
 
 

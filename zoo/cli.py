@@ -252,8 +252,14 @@ def cmd_leaderboard(args) -> int:
         return _leaderboard_by_device(store, Path(args.out), suites)
     if args.run:
         run_id = _resolve_run(store, args.run, path, "--run: ")
-    elif (run_id := store.latest_run()) is None:
-        raise OptionError(f"--out: no run in {str(path)!r}")
+    else:
+        from .leaderboard import board_run
+
+        run_id, held = board_run(store, suites)
+        if run_id is None:
+            raise OptionError(f"--out: no run in {str(path)!r}")
+        for run, why in held.items():
+            print(f"zoo: run {run} is held back ({why}): --run {run} publishes it", file=sys.stderr)
     written = render(store, run_id, Path(args.out), suites=suites)
     print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
     return 0

@@ -94,7 +94,7 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
              f"in {folder.database}\n")
     # execute, then report: the board and the export of every kept run, as a whole
     _execute(registry, store, run_id, todo, _executor(executor, run_options), settings, progress)
-    return _report(store, run_id, folder, registry)
+    return _report(store, run_id, folder, registry, warn)
 
 
 def _refuse_new_settings(given: dict) -> None:
@@ -170,11 +170,19 @@ def _execute(registry, store, run_id: str, todo: list, executor, settings, progr
     store.finish_run(run_id, now())
 
 
-def _report(store, run_id: str, folder, registry) -> pd.DataFrame:
-    """The board and the export written; the run's rows, with where they went in ``attrs``."""
-    from .leaderboard import render
+def _report(store, run_id: str, folder, registry, warn) -> pd.DataFrame:
+    """The board and the export written (a run far noisier than the board: its own board beside it, and ``warn``
+    says why); the run's rows, with where they went in ``attrs``."""
+    from .leaderboard import HELD_BACK_FOLDER, board_run, render
 
-    written = render(store, run_id, folder.path, keep_runs=True, suites=registry.suites)
+    shown, held = board_run(store, registry.suites)
+    written = render(store, shown if run_id in held else run_id, folder.path, keep_runs=True, suites=registry.suites)
+    if run_id in held:
+        beside = folder.path / HELD_BACK_FOLDER
+        written = render(store, run_id, beside, suites=registry.suites, held_back=held[run_id])
+        warn(f"run {run_id} did not replace the board in {folder.path} (it still shows run {shown}): {held[run_id]}; "
+             f"its own board is in {beside} and it is kept in the store (zoo leaderboard --run {run_id} --out "
+             f"{folder.path} publishes it)")
     results = store.results(run_id)
     results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]), suites=registry.suites)
     return results

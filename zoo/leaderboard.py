@@ -23,7 +23,7 @@ from .contract import Target
 from .environment import COMPARABLE_ENVIRONMENT
 from .export import EXPORT
 from .folder import BoardFolder
-from .ranking import gate_sentence, ranked_tables, stale_lines, standing_text, unranked_lines, why_unranked
+from .ranking import advice, gate_sentence, ranked_tables, stale_lines, standing_text, unranked_lines, why_unranked
 from .store import RESULT_COLUMNS, Store, device_kind
 from .suite import Section, Suite, generic_section, upgrade_name
 
@@ -42,19 +42,22 @@ def registered_suites() -> dict[str, Suite]:
 
 
 def render(store: Store, run_id: str, out_dir: Path, keep_runs: bool = False,
-           suites: dict[str, Suite] | None = None) -> list[Path]:
+           suites: dict[str, Suite] | None = None, held_back: str | None = None) -> list[Path]:
     """Write the board for ``run_id`` into ``out_dir`` as a whole (:func:`board_files`); ``keep_runs`` (``store``
-    is the folder's own database): with the export of every run it holds. Returns the paths, README.md first."""
-    files = board_files(store, run_id, out_dir, suites)
+    is the folder's own database): with the export of every run it holds; ``held_back``: why this run's board is
+    not the folder's (said at its top). Returns the paths, README.md first."""
+    files = board_files(store, run_id, out_dir, suites, held_back)
     stale = [p.name for p in Path(out_dir).glob("*.png") if p.name not in files]  # plots an earlier board drew
     return BoardFolder(out_dir).publish(files, store=store if keep_runs else None, remove=stale)
 
 
-def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suite] | None = None) -> dict[str, bytes]:
+def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suite] | None = None,
+                held_back: str | None = None) -> dict[str, bytes]:
     """The board for ``run_id`` as file name -> content: README.md, index.html, results.csv and the sections'
     plots. Only the plots of boards published in ``out_dir``'s subfolders are read from disk."""
     board = Board.of(store, run_id, registered_suites() if suites is None else suites, folder=typed_folder(out_dir))
-    board.environment = {**board.environment, **_ran_on(board.jobs)}
+    board.environment = {**board.environment, **_ran_on(board.jobs),
+                         **({"held back": f"this run did not replace its folder's board: {held_back}"} if held_back else {})}
     results = board.results
     tidy = results.assign(plugin=results.variant.map(lambda v: board.cards[v].get("plugin")),
                           origin=results.variant.map(lambda v: origin_text(board.cards[v])),
@@ -96,18 +99,74 @@ def _sub_board_plots(out_dir: Path) -> list[tuple[bytes, str]]:
     return figures
 
 
+HELD_BACK_FACTOR = 3.0  # a run whose median cell spread is this many times the board's...
+HELD_BACK_FLOOR = 0.1  # ...and above this (a relative spread), is held back instead of written over the board
+HELD_BACK_FOLDER = "held-back"  # where a held-back run's own board is written, inside the board's folder
+
+
+def run_noise(store: Store, run_id: str, suites: dict[str, Suite]) -> pd.Series:
+    """The relative spread of every cell ``run_id`` timed, from each suite that says what its noise is."""
+    rows = store.results(run_id)
+    parts = [suite.noise(rows[rows.suite == name]) for name, suite in suites.items() if suite.noise is not None]
+    parts = [part for part in parts if len(part)]
+    return pd.concat(parts) if parts else pd.Series(dtype=float)
+
+
+def held_back_reason(new: pd.Series, board: pd.Series) -> str | None:
+    """Why a run with cell spreads ``new`` must not replace a board whose run had ``board`` (None: it may): over the
+    cells both timed (else all of each), its median spread is above HELD_BACK_FLOOR and HELD_BACK_FACTOR times the
+    board's."""
+    if new.empty or board.empty:
+        return None
+    common = new.index.intersection(board.index)
+    mine, theirs = (new[common], board[common]) if len(common) else (new, board)
+    a, b = float(mine.median()), float(theirs.median())
+    if a > HELD_BACK_FLOOR and a > HELD_BACK_FACTOR * b:
+        return (f"its timings spread {a:.3g} (median IQR/median over {len(mine)} cells), {a / max(b, 1e-12):.1f}x the "
+                f"board's {b:.3g}: held back above {HELD_BACK_FACTOR:g}x and {HELD_BACK_FLOOR:g}")
+    return None
+
+
+def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str | None, dict[str, str]]:
+    """The run a folder's board shows, and the runs held back (run -> why). Runs are taken in the order they
+    started; each replaces the board unless it has the board's settings and machine and its timings are far
+    noisier than those of the timed run the board last took (:func:`held_back_reason`): a busy machine never
+    writes over a board, and the held-back run stays in the store (``zoo leaderboard --run`` publishes it)."""
+    suites = registered_suites() if suites is None else suites
+    shown, reference, held = None, pd.Series(dtype=float), {}
+    for run in store.runs().run_id:
+        noise = run_noise(store, run, suites)
+        same_board = shown is not None and _comparable(store, run, shown)
+        if same_board and (why := held_back_reason(noise, reference)):
+            held[run] = why
+            continue
+        if not same_board or not noise.empty:
+            reference = noise
+        shown = run
+    return shown, held
+
+
+def _comparable(store: Store, a: str, b: str) -> bool:
+    """Same settings on the same kind of machine: runs of one board."""
+    return store.settings(a) == store.settings(b) and all(
+        store.environment(a).get(key) == store.environment(b).get(key) for key in COMPARABLE_ENVIRONMENT)
+
+
 def shown_runs(store: Store, suites: dict[str, Suite] | None = None) -> set[str]:
     """The runs some board shows: for each group of comparable runs (same settings, same kind of machine), what
-    the board of its latest run shows (``zoo prune --unshown`` removes the others)."""
+    the board of its latest run not held back shows, and what each held-back run's own board shows (``zoo prune
+    --unshown`` removes the others)."""
     suites = registered_suites() if suites is None else suites
+    held = board_run(store, suites)[1]
     latest = {}
     for run in store.runs().run_id:  # in the order they started: the last of a group wins
-        machine = tuple(store.environment(run).get(key) for key in COMPARABLE_ENVIRONMENT)
-        latest[(json.dumps(store.settings(run), sort_keys=True), machine)] = run
-    shown = set(latest.values())
-    for run in latest.values():
+        if run not in held:
+            machine = tuple(store.environment(run).get(key) for key in COMPARABLE_ENVIRONMENT)
+            latest[(json.dumps(store.settings(run), sort_keys=True), machine)] = run
+    shown = set()
+    for run in {*latest.values(), *held}:
         board = Board.of(store, run, suites)
-        shown |= set(board.results.run_id) | {r for rows in board.carried.values() for r in rows.run_id}
+        shown |= {run} | set(board.results.run_id) | {r for rows in board.carried.values() for r in rows.run_id}
     return shown
 
 
@@ -123,6 +182,7 @@ def _readme(board: Board, tables, unranked, sections: list[Section], plots: list
         "",
         markdown_table(pd.DataFrame([{"": k, "value": v} for k, v in {"run": board.run_id, **board.environment}.items()])),
         "",
+        *_advice_lines(board, tables),
         "## Leaderboard",
         "",
         *[line for paragraph in _intro(board) for line in (paragraph, "")],
@@ -140,6 +200,18 @@ def _readme(board: Board, tables, unranked, sections: list[Section], plots: list
     if plots:
         lines += ["## Plots", ""] + [f"![{name.removesuffix('.png')}]({name})" for name in plots] + [""]
     return "\n".join(lines)
+
+
+ADVICE_INTRO = ("Computed from this board's ranked variants (none typed by hand): for each use, the best exact variant "
+                "and, when an approximation beats it there, that one too, each with what it costs (the figures it "
+                "trails its kind's best on). Each variant's place on the Pareto front of every figure is in the "
+                "tables below.")
+
+
+def _advice_lines(board: Board, tables) -> list[str]:
+    answers = advice(board, tables)
+    return ["## Which should I use?", "", ADVICE_INTRO, "", *[f"- {cell(a.sentence())}" for a in answers], ""] \
+        if answers else []
 
 
 def _intro(board: Board) -> list[str]:
@@ -277,7 +349,7 @@ def _page_data(board: Board, tables, unranked, sections: list[Section]) -> dict:
     targets = _target_rows(board)
     return {
         "run": board.run_id, "environment": {k: str(v) for k, v in board.environment.items()},
-        "intro": _intro(board)[0],
+        "intro": _intro(board)[0], "advice": [a.sentence() for a in advice(board, tables)],
         "groups": [{"kind": kind, "title": KIND_TITLES[kind], "columns": list(rows[0]) if rows else [], "rows": rows}
                    for kind, rows in tables.items()],
         "notes": board.notes.reasons, "capabilities": list(TAG_LABELS.values()),
@@ -308,6 +380,7 @@ def _variant_page(board: Board, variant: str, targets: list[dict]) -> dict:
         "family": card.get("family"), "approximates": approximates(card),
         "capabilities": {label: bool(card.get("tags", {}).get(tag)) for tag, label in TAG_LABELS.items()},
         "departures": _departures(card),
+        "options": {str(k): str(v) for k, v in (card.get("options") or {}).items()},
         "standing": "ranked" if board.ranked(variant) else "not ranked: " + why_unranked(board, variant),
         "stale": [{"suite": suite, "runs": ", ".join(runs), "command": board.refresh_command(variant, [suite])}
                   for suite, runs in board.stale(variant).items()],

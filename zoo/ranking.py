@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .board import KIND_TITLES, Board, checked_by, origin_text, runs_text
+from .board import KIND_TITLES, Board, approximates, checked_by, origin_text, runs_text
 from .checks import FAILED
-from .suite import Suite, implicit_suite
+from .suite import Axis, Suite, implicit_suite
 
 
 @dataclass
@@ -80,8 +80,9 @@ def gate_sentence(board: Board) -> str:
 
 
 def ranked_tables(board: Board) -> tuple[dict[str, list[dict]], list[str]]:
-    """The ranked rows of each kind ({kind: [row, ...]}, best first, each with its rank) and the variants not
-    ranked: the ranking suite's columns first, then each other suite's in board order."""
+    """The ranked rows of each kind ({kind: [row, ...]}, exact variants first, then approximations ranked among
+    themselves, each best first with its rank and class) and the variants not ranked: the ranking suite's columns
+    first, then each other suite's in board order, whether it is on its kind's Pareto front, and its origin."""
     suites = sorted((board.suite(n) for n in {*board.suites, *board.results.suite.unique()}),
                     key=lambda s: (s.ranking is None, s.order))
     tables, unranked = {}, []
@@ -94,17 +95,132 @@ def ranked_tables(board: Board) -> tuple[dict[str, list[dict]], list[str]]:
             if not board.ranked(variant):
                 unranked.append(variant)
                 continue
-            row = {"variant": variant, "family": board.card(variant).get("family")}
+            target = approximates(board.card(variant))
+            exact = target is None
+            row = {"class": "exact" if exact else f"approximates {target}", "variant": variant,
+                   "family": board.card(variant).get("family")}
             for suite in suites:
                 if suite.columns:
                     row.update(suite.columns(board, variant))
             row["origin"] = origin_text(board.cards[variant])
             row["from"] = runs_text(board.results[board.results.variant == variant].run_id, board.run_id)
             figure = board.rank_figure(variant)
-            ranked.append((float("inf") if figure is None or figure.value is None else figure.value, row, figure))
-        ranked.sort(key=lambda item: item[0])
-        tables[kind] = [{"rank": place, **row} for place, (_, row, _) in zip(places([f for *_, f in ranked]), ranked)]
+            ranked.append((not exact, float("inf") if figure is None or figure.value is None else figure.value, row,
+                           figure))
+        ranked.sort(key=lambda item: item[:2])
+        front = pareto_front(board, [row["variant"] for *_, row, _ in ranked])
+        rows = []
+        for exact_class in (False, True):
+            group = [(row, figure) for approximate, _, row, figure in ranked if approximate == exact_class]
+            rows += [{"rank": place, **row, "Pareto front": front[row["variant"]]}
+                     for place, (row, _) in zip(places([f for _, f in group]), group)]
+        tables[kind] = rows
     return tables, unranked
+
+
+def axes_of(board: Board, variant: str) -> list[Axis]:
+    """Every figure a reader weighs ``variant`` on, from each suite that gives them: the ranking suite's first."""
+    suites = sorted((board.suite(name) for name in board.suite_order()), key=lambda s: (s.ranking is None, s.order))
+    return [axis for suite in suites if suite.axes for axis in suite.axes(board, variant)]
+
+
+def dominates(mine: dict[str, Axis], theirs: dict[str, Axis]) -> bool:
+    """``mine`` is at least as good on every figure ``theirs`` has measured (within each one's tie) and better on
+    one: a figure only the other has measured is never assumed."""
+    better = False
+    for name, other in theirs.items():
+        if other.value is None:
+            continue
+        axis = mine.get(name)
+        if axis is None or axis.value is None or other.beats(axis):
+            return False
+        better = better or axis.beats(other)
+    return better
+
+
+def pareto_front(board: Board, variants: list[str]) -> dict[str, str]:
+    """Per variant of one kind: 'yes' when no other of them dominates it on every figure (:func:`dominates`),
+    else which one does."""
+    figures = {v: {axis.name: axis for axis in axes_of(board, v)} for v in variants}
+    out = {}
+    for variant in variants:
+        beaten_by = [other for other in variants if other != variant and dominates(figures[other], figures[variant])]
+        out[variant] = "yes" if not beaten_by else f"no: {beaten_by[0]} is as good on every figure, better on one"
+    return out
+
+
+@dataclass
+class Pick:
+    """One answer to 'which should I use?': the variant, whether it is exact, its figure, and what it costs."""
+
+    variant: str
+    exact: bool
+    figure: str
+    costs: list[str]
+
+    def sentence(self) -> str:
+        """The pick as the board says it: 'linear (an approximation: 0.24x), at a cost: ...'."""
+        cost = "at a cost: " + "; ".join(self.costs) if self.costs else "at no measured cost"
+        return f"{self.variant} ({'exact' if self.exact else 'an approximation'}: {self.figure}), {cost}"
+
+
+@dataclass
+class Advice:
+    """The answer for one kind and one use: ``by`` the figure it is judged on, ``picks`` best exact first."""
+
+    kind: str
+    use: str
+    by: str
+    picks: list[Pick]
+
+    def sentence(self) -> str:
+        """The answer as one line of the board."""
+        return f"{KIND_TITLES[self.kind].split(' (')[0]}, {self.use} (by {self.by}): " + "; or ".join(
+            pick.sentence() for pick in self.picks) + "."
+
+
+def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
+    """'Which should I use?', from the ranked variants' figures: per kind and per use (each figure that is a reason
+    to choose), the best exact variant and, when an approximation is better on it, that one too; each with what it
+    costs: the figures it trails its kind's best on."""
+    answers = []
+    for kind, rows in tables.items():
+        variants = [row["variant"] for row in rows]
+        exact = {row["variant"] for row in rows if row["class"] == "exact"}
+        figures = {v: {axis.name: axis for axis in axes_of(board, v)} for v in variants}
+        uses = {axis.name: axis.use for v in variants for axis in figures[v].values() if axis.use}
+        costs = sorted({axis.name for v in variants for axis in figures[v].values() if not axis.use})
+        for name, use in uses.items():
+            measured = [v for v in variants if figures[v].get(name) and figures[v][name].value is not None]
+            picks = dict.fromkeys(p for p in (_best(name, [v for v in measured if v in exact], figures),
+                                              _best(name, measured, figures)) if p)
+            if picks:
+                answers.append(Advice(kind, use, name, [Pick(v, v in exact, figures[v][name].text,
+                                                             _costs(v, costs, variants, figures)) for v in picks]))
+    return answers
+
+
+def _best(name: str, variants: list[str], figures) -> str | None:
+    """The variant best on figure ``name``: lowest (or highest), ties broken by board order (the ranking)."""
+    best = None
+    for variant in variants:
+        if best is None or figures[variant][name].beats(figures[best][name]):
+            best = variant
+    return best
+
+
+def _costs(pick: str, costs: list[str], variants: list[str], figures) -> list[str]:
+    """The cost figures ``pick`` trails its kind's best on (or has not measured): 'quality: 0.73 (the best: x, 0.89)'."""
+    trails = []
+    for name in costs:
+        mine = figures[pick].get(name)
+        if mine is None or mine.value is None:
+            trails.append(f"{name}: not measured")
+            continue
+        best = _best(name, [v for v in variants if figures[v].get(name) and figures[v][name].value is not None], figures)
+        if figures[best][name].beats(mine):
+            trails.append(f"{name}: {mine.text} (the best: {best}, {figures[best][name].text})")
+    return trails
 
 
 def places(figures: list) -> list[int]:

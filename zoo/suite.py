@@ -90,6 +90,27 @@ class RankFigure:
 
 
 @dataclass(frozen=True)
+class Axis:
+    """One figure a reader weighs a variant on when choosing (typed, never read back from a cell's text): its
+    ``name`` (the same for every variant), ``value`` (None: not measured), which way is ``better`` ("lower" or
+    "higher") and the ``text`` the board shows. ``use``: the question it answers when it is a reason to choose
+    (e.g. "decoding"); '' for a cost weighed against those (error, quality). The board puts each variant on or
+    off the Pareto front of its kind's axes and answers "which should I use?" from them."""
+
+    name: str
+    value: float | None
+    better: str
+    text: str
+    use: str = ""
+    tie: float = 0.0  # a difference no larger than this is no difference (a fitted exponent's, a score's noise)
+
+    def beats(self, other: "Axis") -> bool:
+        """Better than ``other`` by more than ``tie`` (both measured)."""
+        margin = other.value - self.value if self.better == "lower" else self.value - other.value
+        return margin > self.tie
+
+
+@dataclass(frozen=True)
 class Ranking:
     """How the one suite that ranks orders the variants: ``figure(board, variant)`` is the :class:`RankFigure`,
     ``intro(board)`` the paragraphs that say what the figure compares, under the board's ranking heading."""
@@ -115,6 +136,10 @@ class Suite:
     returns its :class:`Section` (None: a generic table of its rows); ``columns(board, variant)`` its cells in
     a ranked row; ``details(board, variant)`` tables for the variant's page; ``ranking``: how the one suite
     that ranks orders the variants (:class:`Ranking`). Each reads the :class:`zoo.board.Board`.
+    ``axes(board, variant)``: the :class:`Axis` figures a reader weighs the variant on, from this suite.
+    ``noise(rows)``: the relative spread of each cell the suite timed, from its rows of one run, as a Series
+    indexed by cell (what a rerun would see move): a run whose cells spread far more than the board's is held back
+    instead of written over it (:func:`zoo.leaderboard.board_run`).
     ``upgrade(row)``: a row an older zoo stored (a dict of the result columns), as the suite's rows are today
     (:func:`legacy_names` does the usual case): the board, ``zoo compare`` and the targets read stored rows so.
     """
@@ -135,6 +160,8 @@ class Suite:
     details: Callable[["Board", str], list[Table]] | None = None
     ranking: Ranking | None = None
     upgrade: Callable[[dict], dict] | None = None
+    noise: Callable[[Any], Any] | None = None
+    axes: Callable[["Board", str], list[Axis]] | None = None
     order: int = 100
     origin: "Origin | None" = None
 
@@ -149,7 +176,7 @@ class Suite:
             raise RegistrationError(f"suite {self.name!r}: blocking statuses {unknown} are not among {STATUSES}")
         if self.ranking is not None and not isinstance(self.ranking, Ranking):
             raise RegistrationError(f"suite {self.name!r}: ranking must be a zoo.Ranking")
-        for attr in ("section", "columns", "details", "upgrade"):
+        for attr in ("section", "columns", "details", "upgrade", "noise", "axes"):
             if getattr(self, attr) is not None and not callable(getattr(self, attr)):
                 raise RegistrationError(f"suite {self.name!r}: {attr} must be callable")
         for profile, preset in self.presets.items():

@@ -207,6 +207,12 @@ def columns(board, variant) -> dict:
             "memory exp.": fmt_exp(board.value(variant, "memory-exponent", "full", "fwd+bwd"))}
 
 
+def axes(board, variant) -> list[zoo.Axis]:
+    """The counted FLOPs' growth in n: the reason to choose for long sequences (exponents within 0.05 are tied)."""
+    exponent = board.value(variant, "flops-exponent", "full", "fwd")
+    return [zoo.Axis("FLOP growth exponent in n", exponent, "lower", fmt_exp(exponent), use="long sequences", tie=0.05)]
+
+
 def details(board, variant) -> list:
     """The variant page's table of claimed and measured exponents."""
     card = board.card(variant)
@@ -299,7 +305,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("cuda-allocator-peak", "the CUDA caching allocator's peak during one call (GPU runs)", "bytes"),
         zoo.Measure("plan", "a length the measurement plan left out for the variant (or the callable in versus), "
                     "and why")),
-    section=section, columns=columns, details=details, order=20,
+    section=section, columns=columns, details=details, axes=axes, order=20,
     upgrade=lambda row: legacy_names(row, LEGACY_NAMES, [m.name for m in SUITE_DEFINITION.measures]),
     # one head of 64, where the additive baseline still fits in memory; the measurement plan (zoo.plan) leaves
     # out a length whose forward+backward call is predicted, from counted FLOPs and memory, to exceed the caps

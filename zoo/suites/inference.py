@@ -469,16 +469,43 @@ def _per_token_text(board, variant, growth, batch, context: bool) -> str:
     return f"{_fmt_bytes(per_token)} per token" + (" of its context (fixed while it decodes)" if context else "")
 
 
-def columns(board, variant) -> dict:
-    """Beside the rank: what generating a token costs at the longest context timed at the smallest batch, and the
-    state a sequence keeps there (or why the variant does not decode)."""
+def _column_shape(board) -> tuple[int, int] | None:
+    """(context, batch) the ranked rows show: the longest context timed at the smallest batch."""
     contexts, batches = _contexts(board), _batches(board)
     if not contexts or not batches:
-        return {}
+        return None
     batch = min(batches)
     timed = board.rows(SUITE)
     timed = timed[(timed.check == "decode-time") & (timed.versus == "") & (timed.batch == batch)].n.dropna()
-    n = int(timed.max()) if not timed.empty else max(contexts)
+    return (int(timed.max()) if not timed.empty else max(contexts)), batch
+
+
+def axes(board, variant) -> list[zoo.Axis]:
+    """What a reader weighs from this suite at the ranked rows' context: the state a sequence keeps and the time per
+    token against the standard cache decode (each a reason to choose for decoding)."""
+    shape = _column_shape(board)
+    if shape is None:
+        return []
+    n, batch = shape
+    decodes = bool(board.card(variant).get("decoder_growth"))
+    mode = mode_of_card(board, variant) if decodes else ""
+    state = board.value(variant, "state-bytes", mode, DECODE, n, batch=batch) if decodes else None
+    x = board.value(variant, "decode-ratio", mode, DECODE, n, versus=STANDARD[board.kind(variant)], batch=batch) \
+        if decodes else None
+    absent = "does not decode" if not decodes else "not measured"
+    return [zoo.Axis(f"decoding state at context {n}", state, "lower", _fmt_bytes(state) if state is not None else absent,
+                     use=f"decoding memory at context {n}"),
+            zoo.Axis(f"time per token at context {n} (x standard cache decode)", x, "lower",
+                     fmt_x(x) if x is not None else absent, use=f"decoding speed at context {n}")]
+
+
+def columns(board, variant) -> dict:
+    """Beside the rank: what generating a token costs at the longest context timed at the smallest batch, and the
+    state a sequence keeps there (or why the variant does not decode)."""
+    shape = _column_shape(board)
+    if shape is None:
+        return {}
+    n, batch = shape
     header = f"decode at context {n}, batch {batch}: time per token (x standard cache decode), state"
     card = board.card(variant)
     if not card.get("decoder_growth"):
@@ -604,7 +631,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("decode-growth", "time per token at the longest timed context / at the shortest", "ratio"),
         zoo.Measure("state-growth", "counted state at the longest timed context / at the shortest", "ratio"),
         zoo.Measure("read-bandwidth", "this machine's memory read rate, measured in the same process", "GB/s")),
-    section=section, columns=columns, order=35, settle=settle,
+    section=section, columns=columns, axes=axes, order=35, settle=settle,
     settings={
         "batches": (1, 16), "contexts": (1024, 4096), "d_model": 512, "heads": 8,
         # timed generated tokens per cell and process, each step after a flush of the caches, the two decodes taking

@@ -171,6 +171,33 @@ def columns(board, variant) -> dict:
             "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")}
 
 
+def details(board, variant) -> list:
+    """The variant page's quality: its accuracy on each task (mean ± spread over seeds) beside chance."""
+    quality = board.rows(SUITE)
+    if quality.empty:
+        return []
+    scores = quality[(quality.variant == variant) & (quality.check == "accuracy")]
+    rows = []
+    for r in scores.itertuples():
+        spread, chance = _value_at(quality, variant, "accuracy-std", r.setting), _value_at(quality, None, "chance", r.setting)
+        rows.append({"task": r.setting, "accuracy": f"skipped: {r.detail}" if pd.isna(r.value) else
+                     f"{r.value:.3f}" + ("" if spread is None else f" ± {spread:.3f}"),
+                     "chance": "" if chance is None else f"{chance:.3f}"})
+    return [zoo.Table(f"Quality ({board.source_text(SUITE)})", ["task", "accuracy", "chance"], rows)] if rows else []
+
+
+def axes(board, variant) -> list[zoo.Axis]:
+    """The mean accuracy over the tasks: a cost weighed against speed and state (scores within 0.02 are tied: the
+    seeds' spread)."""
+    scores = board.rows(SUITE)
+    if scores.empty:
+        return []
+    scores = scores[(scores.variant == variant) & (scores.check == "accuracy")].dropna(subset=["value"])
+    mean = float(scores.value.mean()) if not scores.empty else None
+    return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}" if mean is not None else "not trained",
+                     tie=0.02)]
+
+
 def section(board) -> zoo.Section:
     """The quality section: accuracy per task and the recall-versus-pairs curve, with their plots."""
     quality = board.rows(SUITE)
@@ -309,7 +336,8 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("recall-state-bytes", "the decoding state per sequence of that recall task's model at its length, "
                     "from the plugin's state_bytes formula", "bytes"),
         zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant")),
-    profiles=("full",), carried=True, section=section, columns=columns, order=40,
+    profiles=("full",), carried=True, section=section, columns=columns, details=details, axes=axes,
+    order=40,
     # the training budget per task; a task whose counted training FLOPs (one step, counted, times the steps)
     # exceed task_max_gflop is skipped before it starts (None: no cap)
     settings={"steps": 300, "recall_steps": 600, "seeds": 2, "task_max_gflop": 5000.0},

@@ -404,6 +404,33 @@ def rank_figure(board, variant) -> zoo.RankFigure:
                           *_interval(board, variant, RANK_PHASE, n))
 
 
+def details(board, variant) -> list:
+    """The variant page's times: every timed mode, pass and length, its own time, its ratio to the op its kind is
+    compared with and to its best known implementation."""
+    mine = board.results[(board.results.variant == variant) & (board.results.check == "time")
+                         & (board.results.versus == "")].dropna(subset=["value"])
+    versus, label = _versus(board, variant), best_known(board.card(variant))
+    rows = []
+    for r in mine.sort_values(["mode", "phase", "n"]).itertuples():
+        ratio = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=versus)
+        peer = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=label) if label else None
+        rows.append({"mode": r.mode, "phase": r.phase, "n": int(r.n), "time": fmt_ms(r.value),
+                     f"x {COMPARATOR_LABELS.get(versus, versus)}": fmt_x(ratio) if ratio is not None else "not timed",
+                     f"x best known ({label or 'none declared'})": fmt_x(peer) if peer is not None else "-"})
+    return [zoo.Table("Times per length", list(rows[0]), rows)] if rows else []
+
+
+def axes(board, variant) -> list[zoo.Axis]:
+    """What a reader weighs from this suite: the ranking ratio (the reason to choose for training and prefill at
+    the reference length) and an approximation's error there (0 for an exact variant: a cost)."""
+    n, figure = board.settings_of(SUITE).reference_length, rank_figure(board, variant)
+    target = approximates(board.card(variant))
+    error = 0.0 if target is None else board.value(variant, "approximation-error", RANK_MODE, "fwd", n)
+    error_text = "0 (exact)" if target is None else "not measured" if error is None else f"{error:.2f} (of {target})"
+    return [zoo.Axis(figure.column, figure.value, "lower", figure.text, use=f"training and prefill at n={n}"),
+            zoo.Axis(f"approximation error, n={n}", error, "lower", error_text, tie=0.01)]
+
+
 def _approximation_missing(board, variant, n) -> str:
     rows = board.results
     skipped = rows[(rows.variant == variant) & (rows.check == "approximation-error") & (rows.status == SKIPPED)]
@@ -424,7 +451,7 @@ def columns(board, variant) -> dict:
         accuracy = f"approx. of {target}: " + (
             f"error {error:.2f}" + (f", worst {worst:.2f}" if worst is not None else "") if error is not None else
             "not measured " + board.notes.mark(f"{variant}: " + _approximation_missing(board, variant, n)))
-    row = {f"accuracy, n={n}": accuracy}
+    row = {f"approximation error, n={n}": accuracy}
     for phase in (RANK_PHASE, "fwd"):
         row[ratio_header(kind, phase, n)] = _ratio_cell(board, variant, phase, n, board.notes)[1]
     row[f"fwd+bwd time, n={n}"] = fmt_ms(board.value(variant, "time", RANK_MODE, RANK_PHASE, n))
@@ -656,6 +683,12 @@ def settle(settings: dict) -> dict:
     return {**settings, "lengths": lengths, "reference_length": reference}
 
 
+def noise(rows):
+    """Each timed cell's spread within its processes (its ``time-spread``), by (variant, mode, phase, n)."""
+    spread = rows[(rows.check == "time-spread") & (rows.status == MEASURED)].dropna(subset=["value"])
+    return spread.set_index(["variant", "mode", "phase", "n"]).value
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "time per call against the op each kind is ranked against (torch SDPA, nn.MultiheadAttention) and the "
     "variant's own baselines, floors and peers, on the same shapes in one process", measures=(
@@ -688,7 +721,9 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("agreement", "the output of the peer in versus against the variant's", "relative error"),
         zoo.Measure("plan", "a length the measurement plan left out for the variant (or the callable in versus), "
                     "and why")),
-    section=section, columns=columns, ranking=zoo.Ranking(rank_figure, rank_intro), upgrade=upgrade, order=30,
+    section=section, columns=columns, details=details, ranking=zoo.Ranking(rank_figure, rank_intro), upgrade=upgrade,
+    noise=noise,
+    axes=axes, order=30,
     settings={
         "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full",),
         # rounds per process (a figure pools the rounds of the run's processes: 3 in quick and full), each costing
