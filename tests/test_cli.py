@@ -126,3 +126,14 @@ def test_no_refresh_command_is_offered_for_settings_no_option_reaches():
     seeded = {**get_profile("quick", suites).as_dict(), "seed": 7}
     assert run_arguments(seeded, suites) is None
     assert run_arguments({"name": "quick", "repeats": 5}, suites) is None  # stored flat, before suites nested
+
+
+def test_check_of_a_scaffolded_variant_not_yet_installed_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    from conftest import zoo_here
+
+    monkeypatch.chdir(tmp_path)
+    assert zoo_here(capsys, "new", "my-attention")[0] == 0
+    status, lines = zoo_here(capsys, "check", "my-attention")
+    assert status == 2 and lines == ["zoo: error: TARGET 'my-attention' is not an installed variant: pip install -e "
+                                     "zoo-my-attention (what zoo new wrote), or give its .py file (zoo list shows the "
+                                     "installed ones)"]

@@ -48,3 +48,18 @@ def test_the_interval_covers_no_change_as_often_as_it_says():
         low, high = ratio_interval(before, after, seed=trial)
         covered += low <= 1 <= high
     assert 0.95 <= covered / trials <= 0.98, covered / trials
+
+
+def test_a_suite_that_became_an_error_is_a_check_that_started_failing():
+    from zoo.compare import status_changes
+
+    def rows(*records):
+        return pd.DataFrame([dict(zip(("variant", "suite", "check", "status"), r), versus="", setting="") for r in records])
+
+    before = rows(("additive", "speed", "time", "measured"), ("linear", "speed", "time", "measured"),
+                  ("linear", "quality", "accuracy", "measured"))
+    after = rows(("additive", "speed", "worker", "error"), ("linear", "speed", "time", "measured"),
+                 ("additive", "quality", "worker", "error"))  # additive's quality never ran before: not a change
+    changes = status_changes(before, after)
+    assert changes[["variant", "suite", "check", "change"]].values.tolist() == [
+        ["additive", "speed", "worker", "started failing"]]

@@ -41,3 +41,18 @@ def test_contributing_documents_every_hook_with_its_signature_and_docstring():
     for hook in hooks:
         assert f"### `{hook.__name__}{inspect.signature(hook)}`" in text
         assert inspect.cleandoc(hook.__doc__) in text
+
+
+def test_the_readme_python_snippet_runs_verbatim(tmp_path):
+    """The tour's "In Python" block, as a reader pastes it, then what its comments promise."""
+    from conftest import run_python
+
+    readme = (ROOT / "README.md").read_text()
+    snippet = re.search(r"## In Python\n\n```python\n(.*?)```", readme, re.S).group(1)
+    promises = ('\nfrom pathlib import Path\n'
+                'assert zoo.list_variants("multi-*") == ["multi-head", "multi-query"]\n'
+                'assert out.shape == (2, 300, 512)\n'
+                'assert set(results.variant) == {"windowed", "linear"} and Path(results.attrs["leaderboard"]).is_file()\n')
+    done = run_python("-c", snippet + promises, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "board" / "README.md").is_file()

@@ -112,6 +112,38 @@ def test_a_hanging_variant_is_stopped_at_the_timeout_and_explained(tmp_path):
     assert "**hangs**" in (tmp_path / "out" / "README.md").read_text()
 
 
+STALLS = good_plugin("stalls") + '''
+
+def _stall(variant, profile):
+    import time
+
+    time.sleep(600)
+    yield zoo.Result("never", "measured")
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(zoo.Check("stall", "slow", "a check that never finishes", _stall))
+'''
+
+
+def test_a_job_that_times_out_costs_only_its_suite_and_does_not_unrank_a_correct_variant(tmp_path):
+    """The time limit is each job's: the slow suite's job is stopped and says so, the variant's correctness
+    (run before it) and the job after it in the same variant's worker still land, and the variant is ranked."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "stalls.py").write_text(STALLS)
+    out = run_all(tmp_path, "--plugins-dir", plugins, "--timeout", 60, "--suite", "correctness", "--suite", "slow",
+                  "--suite", "complexity", "--filter", "stalls")
+    assert out.returncode == 0, out.stderr
+    results = pd.read_csv(tmp_path / "out" / "results.csv")
+    stalled = results[(results.suite == "slow")]
+    assert list(stalled.status) == ["error"] and "timed out: the job took longer than the limit of 60 s" in stalled.detail.iloc[0]
+    assert {"correctness", "complexity"} <= set(results[results.status != "error"].suite)  # the job after it ran too
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "| stalls" in readme.split("## Leaderboard")[1].split("## Capabilities")[0].split("### Not ranked")[0]
+
+
 def test_speed_and_complexity_of_a_good_variant_render(tmp_path):
     out = run_all(tmp_path, "--filter", "dot-product")
     assert out.returncode == 0, out.stderr

@@ -374,6 +374,12 @@ def cmd_check(args) -> int:
             names = [n for record in registry.plugins.values() if record.origin.kind == "module" for n in record.variants]
             if not names and not registry.failures:
                 raise OptionError(f"TARGET {target!r} is neither a variant name nor a module or .py file that registers one")
+    if not names and "-" in target and not target.endswith(".py"):  # a variant's name (no module has a dash)
+        scaffolded = Path(f"zoo-{target}")
+        install = (f"pip install -e {scaffolded} (what zoo new wrote)" if (scaffolded / "pyproject.toml").is_file()
+                   else "pip install the distribution that provides it")
+        raise OptionError(f"TARGET {target!r} is not an installed variant: {install}, or give its .py file "
+                          "(zoo list shows the installed ones)")
     for failure in registry.failures:
         print(f"zoo: warning: {failure.message()}", file=sys.stderr)
     if not names:
@@ -405,6 +411,15 @@ def cmd_compare(args) -> int:
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
     for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
         print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)
+    from .leaderboard import HELD_BACK_FACTOR, run_noise
+
+    noise = [run_noise(store, r, suites) for r in resolved]
+    if all(len(n) for n in noise):
+        (before, after), factor = (float(n.median()) for n in noise), HELD_BACK_FACTOR
+        if max(before, after) > factor * max(min(before, after), 1e-12):
+            print(f"zoo: warning: the runs' timings spread {before:.3g} and {after:.3g} (median IQR/median of their "
+                  f"cells), more than {factor:g}x apart: one was measured on a far busier machine, and its timing "
+                  "changes are mostly noise", file=sys.stderr)
     intervals = all((store.settings(r).get("processes") or 1) > 1 for r in resolved)
     timing_title = ("Timing changes: the two runs' intervals over their processes do not overlap, and the change "
                     f"exceeds {PRACTICAL_CHANGE:.0%}" if intervals else "Timing changes: a 95% bootstrap interval of "
@@ -477,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_options.add_argument("--option", action="append", metavar="KEY=VALUE",
                              help="a variant option for this run, e.g. window=64 (repeatable)")
     run_options.add_argument("--timeout", type=_positive(float),
-                             help="seconds per variant before its worker is stopped (default: the profile's; quick 900)")
+                             help="seconds one job (a variant's suite) may take before its worker is stopped (default: the profile's; quick 900)")
     run_options.add_argument("--memory-limit", type=_positive(float), metavar="GIB",
                              help="address-space cap per worker in GiB (default: 80%% of physical memory; "
                                   "none in a cuda run: CUDA reserves more address space than that)")

@@ -99,13 +99,17 @@ def _flat(settings: dict) -> dict:
 
 
 def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Checks (per variant, check and setting) whose worst status went to or from failed/error."""
+    """Checks (per variant, check and setting) whose worst status went to or from failed/error, among the
+    (variant, suite) pairs both runs ran: a row only one run has counts as not failing in the other (a job
+    that became an error has an error row where its checks' rows were)."""
     def worst(frame):
         bad = frame.status.isin(BAD)
         return frame.assign(bad=bad).groupby(["variant", "suite", "check", "versus", "setting"]).bad.any()
 
     before, after = worst(a), worst(b)
-    both = pd.concat({"before": before, "after": after}, axis=1).dropna()
+    both = pd.concat({"before": before, "after": after}, axis=1)
+    ran = set(zip(a.variant, a.suite)) & set(zip(b.variant, b.suite))
+    both = both[[(variant, suite) in ran for variant, suite, *_ in both.index]].fillna(False)
     changed = both[both.before != both.after]
     out = changed.assign(change=changed.after.map(lambda bad: "started failing" if bad else "stopped failing"))
     out = out.reset_index()

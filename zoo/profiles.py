@@ -30,7 +30,7 @@ class Profile:
     device: str = "cpu"
     threads: int = 2
     dtype: str = "float32"  # of the tensors the suites measure (--dtype); correctness tests every dtype
-    variant_timeout_seconds: float = 900.0  # a variant's worker is stopped after this long (--timeout overrides)
+    variant_timeout_seconds: float = 900.0  # a worker is stopped after this long on one job (--timeout overrides)
     processes: int = 3  # fresh worker processes that each measure a check giving a combine (timings: --processes)
     variant_options: dict = field(default_factory=dict)  # --option KEY=VALUE, for variants that have the option
     suites: Mapping[str, Mapping[str, object]] = field(default_factory=dict)

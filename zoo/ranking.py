@@ -3,7 +3,8 @@ figure of the one suite that ranks), shared by README.md, the page, ``zoo leader
 summary a run ends with.
 
 A variant is ranked only when every ``required`` suite ran on its current source and passed, and none of its
-rows has a status its suite says blocks (an ``error`` in any suite always does). Rows of an older source are not
+rows has a status its suite says blocks (an ``error`` in any suite does, except a job its worker did not finish
+outside the required suites: a timeout there leaves that suite's figures missing, not the variant unranked). Rows of an older source are not
 on the board (:mod:`zoo.board`): they neither rank a variant nor block it, and its standing names them. Within its kind (cores, layers: like is compared with like), ranked
 variants are ordered by the ranking figure, lower first; one without a figure comes last, with the reason. Places
 whose figures' intervals overlap are tied: they share a rank.
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .board import KIND_TITLES, Board, approximates, checked_by, origin_text, runs_text
-from .checks import FAILED
+from .checks import FAILED, WORKER_CHECK
 from .suite import Axis, Suite, implicit_suite
 
 
@@ -50,7 +51,7 @@ def gate(results: pd.DataFrame, suites: dict[str, Suite] | None = None,
     rules = {name: suites.get(name) or implicit_suite(name) for name in set(results.suite)}
     standings: dict[str, Standing] = {}
     for variant, rows in results.groupby("variant"):
-        blocking = rows[[rules[r.suite].blocks(r.status) for r in rows.itertuples()]]
+        blocking = rows[[_blocks(rules[r.suite], r) for r in rows.itertuples()]]
         checked = all(checked_by(rows, name) for name in required) and bool(required)
         reasons = [f"{r.suite}/{r.check}: {r.detail or r.status}" + (f" [{r.setting}]" if r.setting else "")
                    for r in blocking.itertuples()]
@@ -59,6 +60,13 @@ def gate(results: pd.DataFrame, suites: dict[str, Suite] | None = None,
     for variant in set(stale) - set(standings):  # every row it has is of an older source
         standings[variant] = Standing(False, stale=list(stale[variant]))
     return standings
+
+
+def _blocks(suite: Suite, row) -> bool:
+    """Whether ``row`` keeps its variant out of the ranking: by its suite's rules, except that a job its worker did
+    not finish (a timeout, a crash) blocks only in a required suite: the other suites' figures are then missing,
+    not wrong."""
+    return suite.blocks(row.status) and (row.check != WORKER_CHECK or suite.required)
 
 
 def standing_text(standing: Standing, required: list[str]) -> str:
@@ -76,7 +84,8 @@ def gate_sentence(board: Board) -> str:
     """The gate in one sentence, for the ranking's intro."""
     required = " and ".join(board.required_suites()) or "no"
     return (f"Ranked only when the {required} suite ran on the variant's measured source and every check passed, "
-            "with no error in any suite (NaN or inf outputs included).")
+            "with no error in any suite (NaN or inf outputs included; a job of another suite stopped by its time "
+            "limit or a crash leaves that suite's figures missing instead).")
 
 
 def ranked_tables(board: Board) -> tuple[dict[str, list[dict]], list[str]]:

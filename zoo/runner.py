@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Protocol
 
-from .checks import ERROR, Result, describe_exception
+from .checks import ERROR, WORKER_CHECK, Result, describe_exception
 from .contract import OptionError
 from .environment import ALLOCATOR_ENV, RUN_CACHE, cache_env
 from .profiles import Profile
@@ -153,8 +153,7 @@ class LocalExecutor:
                             "checks": []})  # not repeated: nothing to combine
                 worker_jobs = [job for job in worker_jobs if (job.variant, job.suite) not in failed]
                 while worker_jobs:
-                    worker_jobs = run_in_worker(worker_jobs, self.options, on_check, noting, ctrl_c,
-                                                one_at_fault=not variant, shared_dir=shared)
+                    worker_jobs = run_in_worker(worker_jobs, self.options, on_check, noting, ctrl_c, shared_dir=shared)
             ctrl_c.check()
 
 
@@ -193,13 +192,13 @@ class CtrlC:
 
 
 def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict], None],
-                  on_job: Callable[[dict], None], ctrl_c: CtrlC | None = None, one_at_fault: bool = False,
+                  on_job: Callable[[dict], None], ctrl_c: CtrlC | None = None,
                   shared_dir: str | None = None) -> list[Job]:
-    """Run ``jobs`` in one fresh worker process, reporting each finished check and job as it lands;
-    a job the worker did not finish (crash, hang, memory) is reported with an ``error`` row. ``one_at_fault``
-    (jobs of different variants): the time limit is each job's, and only the job running when the worker stopped
-    is reported; the jobs after it, which never ran, are returned for a new worker (else none are).
-    ``shared_dir``: the folder the run's workers share (:data:`zoo.environment.RUN_CACHE`)."""
+    """Run ``jobs`` in one fresh worker process, reporting each finished check and job as it lands. The time
+    limit is each job's; a job the worker did not finish (crash, hang, memory) is reported with an ``error``
+    row, and the jobs after it, which never ran, are returned for a new worker (so a slow quality job never
+    costs a variant its other suites). ``shared_dir``: the folder the run's workers share
+    (:data:`zoo.environment.RUN_CACHE`)."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         spec_path, out_path, log_path = (Path(scratch) / name for name in ("spec.json", "out.jsonl", "log.txt"))
         spec_path.write_text(json.dumps({
@@ -233,8 +232,7 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
                             on_check(record)
                         elif record["type"] == "job":
                             done.add(key)
-                            if one_at_fault:
-                                deadline = time.monotonic() + options.timeout_seconds
+                            deadline = time.monotonic() + options.timeout_seconds
                             on_job({"variant": key[0], "suite": key[1], "process": key[2], "status": "done",
                                     "checks": partial.pop(key, []), "ran_on": record.get("ran_on")})
                     if finished:
@@ -245,15 +243,15 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
                     time.sleep(0.05)
         reason = _failure_reason(process.returncode, timed_out, options, log_path)
     undone = [job for job in jobs if (job.variant, job.suite, job.process) not in done]
-    for job in undone[:1] if one_at_fault else undone:
+    for job in undone[:1]:
         on_job(error_job(job, reason, partial.pop((job.variant, job.suite, job.process), [])))
-    return undone[1:] if one_at_fault else []
+    return undone[1:]
 
 
 def error_job(job: Job, reason: str, checks: list[tuple[str, list[dict]]] | None = None) -> dict:
     """A job record that did not finish: the checks it had finished, and the ``error`` row saying why."""
     return {"variant": job.variant, "suite": job.suite, "process": job.process, "status": ERROR,
-            "checks": list(checks or []), "failure": {"check": "worker", "status": ERROR, "detail": reason}}
+            "checks": list(checks or []), "failure": {"check": WORKER_CHECK, "status": ERROR, "detail": reason}}
 
 
 @contextlib.contextmanager
@@ -311,7 +309,7 @@ def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_p
     log = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
     last = next((line.strip() for line in reversed(log) if line.strip()), "")
     if timed_out:
-        return f"timed out: the variant's jobs took longer than the limit of {options.timeout_seconds:g} s (--timeout)"
+        return f"timed out: the job took longer than the limit of {options.timeout_seconds:g} s (--timeout)"
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         limit = options.memory_limit_bytes
