@@ -140,6 +140,9 @@ def test_a_job_that_times_out_costs_only_its_suite_and_does_not_unrank_a_correct
     stalled = results[(results.suite == "slow")]
     assert list(stalled.status) == ["error"] and "timed out: the job took longer than the limit of 60 s" in stalled.detail.iloc[0]
     assert {"correctness", "complexity"} <= set(results[results.status != "error"].suite)  # the job after it ran too
+    [line] = [line for line in out.stderr.splitlines() if " slow " in line and "checks" in line]
+    assert "[....................] 0/1 checks" in line and "ERROR: timed out" in line, line  # how far it got
+    assert float(line.split("checks")[1].split(" s ")[0]) >= 60, line  # and how long it ran
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "| stalls" in readme.split("## Leaderboard")[1].split("## Capabilities")[0].split("### Not ranked")[0]
 

@@ -389,7 +389,7 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
     counts: dict[tuple[str, str, int], int] = {}
     started: dict[tuple[str, str, int], float] = {}
     held: dict[tuple[str, str], list[tuple[dict, float]]] = {}
-    total, finished = len(jobs), [0]
+    total, finished, last_event = len(jobs), [0], [time.monotonic()]  # a job with no check in began at the last end
 
     def on_check(record: dict) -> None:
         key = (record["variant"], record["suite"], record.get("process", 0))
@@ -408,7 +408,8 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
 
     def on_job(record: dict) -> None:
         key = (record["variant"], record["suite"], record.get("process", 0))
-        seconds = time.monotonic() - started.get(key, time.monotonic())
+        seconds = time.monotonic() - started.get(key, last_event[0])
+        last_event[0] = time.monotonic()
         job = key[:2]
         held.setdefault(job, []).append((record, seconds))
         # stored as soon as its first process is in (a run stopped later keeps it), again with each further one,
@@ -420,7 +421,8 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
         failure = record.get("failure")
         status = f"  {record['status'].upper()}: {failure['detail']}" if failure else ""
         of = checks_in[key[1], key[2] > 0]
-        progress(_bar(finished[0], total, key, of, of) + f" {seconds:6.1f} s{status}\n")
+        done = counts.get(key, 0) if failure else of  # a job its worker did not finish shows how far it got
+        progress(_bar(finished[0], total, key, done, of) + f" {seconds:6.1f} s{status}\n")
 
     executor.run(jobs, on_check, on_job)
 
