@@ -4,6 +4,7 @@ import re
 
 import pandas as pd
 
+from conftest import BUILTINS
 from zoo.board import cell
 from zoo.leaderboard import registered_suites
 from zoo.ranking import gate
@@ -34,12 +35,20 @@ def test_gate_ranks_only_checked_variants_and_lists_correctness_failures_and_err
         {"variant": "bad", "suite": "correctness", "check": "causal-leak", "status": "failed", "detail": "leak", "setting": "s"},
         {"variant": "crashy", "suite": "correctness", "check": "x", "status": "passed", "detail": "", "setting": ""},
         {"variant": "crashy", "suite": "speed", "check": "worker", "status": "error", "detail": "crashed", "setting": ""},
+        {"variant": "nan", "suite": "correctness", "check": "x", "status": "passed", "detail": "", "setting": ""},
+        {"variant": "nan", "suite": "speed", "check": "time", "status": "error", "detail": "NaN output", "setting": ""},
+        {"variant": "unchecked-crash", "suite": "correctness", "check": "worker", "status": "error", "detail": "killed",
+         "setting": ""},
         {"variant": "unchecked", "suite": "speed", "check": "time", "status": "measured", "detail": "", "setting": ""},
     ])
     standings = gate(rows, registered_suites())
     assert standings["good"].ranked and standings["good"].reasons == []
     assert standings["bad"].reasons == ["correctness/causal-leak: leak [s]"] and not standings["bad"].ranked
-    assert standings["crashy"].reasons == ["speed/worker: crashed"] and not standings["crashy"].ranked
+    # a speed job its worker did not finish leaves speed's figures missing; an error a check gave still blocks,
+    # and an unfinished job of the required suite does too
+    assert standings["crashy"].ranked and standings["crashy"].reasons == []
+    assert standings["nan"].reasons == ["speed/time: NaN output"] and not standings["nan"].ranked
+    assert standings["unchecked-crash"].reasons == ["correctness/worker: killed"]
     assert not standings["unchecked"].checked and not standings["unchecked"].ranked
 
 
@@ -82,7 +91,7 @@ def test_line_end_labels_never_overlap_and_every_line_looks_different():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from zoo.plots import label_line_ends as _label_line_ends, line_style as _line_style
+    from zoo.plots import label_line_ends as _label_line_ends, variant_styles
 
     fig, ax = plt.subplots()
     ax.set_yscale("log")
@@ -91,7 +100,11 @@ def test_line_end_labels_never_overlap_and_every_line_looks_different():
     heights = sorted(math.log10(text.xyann[1]) for text in ax.texts)
     assert len(heights) == 8 and all(b - a >= 0.07 - 1e-9 for a, b in zip(heights, heights[1:]))
     plt.close(fig)
-    assert len({_line_style(i) for i in range(40)}) == 40
+    names = sorted(f"variant-{i}" for i in range(40))
+    styles = variant_styles(names)
+    assert len(set(styles.values())) == 40 and len({styles[n][0] for n in names[:14]}) == 14  # colours first
+    assert len({style[0] for style in variant_styles(list(BUILTINS)).values()}) == len(BUILTINS)  # the built-ins
+    assert variant_styles(["windowed", "linear"])["linear"] == variant_styles(["linear", "windowed"])["linear"]
 
 
 def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_still_read():

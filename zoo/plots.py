@@ -1,14 +1,17 @@
 """Plots a suite draws for its section: log-log curves over n, one line per variant, labelled at their ends, and
-the helpers every plot shares (a non-interactive backend, PNG bytes, line styles that never repeat)."""
+the helpers every plot shares (a non-interactive backend, PNG bytes, a style fixed per variant name)."""
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import pandas as pd
 
-LINE_STYLES = ("-", "--", "-.", ":")
+LINE_STYLES = ("-", "--", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+          "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173")  # no grey: grey is for variants not ranked
 
 
 def save(plt, fig, name: str) -> tuple[str, bytes]:
@@ -30,45 +33,97 @@ def pyplot():
     return plt
 
 
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a plot: its title, the variants on it (None: every one) and the callable whose rows draw its
+    reference line (``reference``: their ``versus``), labelled ``reference_label``."""
+
+    title: str = ""
+    variants: frozenset[str] | None = None
+    reference: str | None = None
+    reference_label: str = ""
+
+
+def kind_panels(board, references: dict[str, tuple[str, str]]) -> list[Panel]:
+    """One panel per kind of variant on ``board`` (cores, layers), each with its own reference line:
+    ``references`` maps a kind to (the callable its rows are about, its label)."""
+    from .board import KIND_TITLES
+
+    return [Panel(title, frozenset(v for v in board.variants if board.kind(v) == kind), *references.get(kind, (None, "")))
+            for kind, title in KIND_TITLES.items() if any(board.kind(v) == kind for v in board.variants)]
+
+
+def unranked(board) -> frozenset[str]:
+    """The variants ``board`` does not rank: drawn grey."""
+    return frozenset(v for v in board.variants if not board.ranked(v))
+
+
 def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: str | None = None,
-            reference_label: str = "", xlabel: str = "sequence length n") -> tuple[str, bytes] | None:
+            reference_label: str = "", xlabel: str = "sequence length n", panels: list[Panel] | None = None,
+            greyed: frozenset[str] = frozenset()) -> tuple[str, bytes] | None:
     """Each variant's own ``check`` values over n, one line per variant (``rows`` already chosen: one suite, mode
-    and phase), and the median over n of the rows of ``check`` about the callable ``reference`` (their ``versus``)
-    as a dashed black line labelled ``reference_label``; None without values."""
+    and phase) in the style its name always gets, its interval (``low``-``high``) shaded where the rows have one,
+    and the median over n of the rows about the reference callable as a dashed black line; ``panels`` side by
+    side (each kind against its own comparator), else one of every variant against ``reference``; ``greyed``
+    variants (not ranked) drawn grey. None without values."""
     rows = rows.dropna(subset=["value", "n"])
     ours = rows[(rows.check == check) & (rows.versus == "")]
     if ours.empty:
         return None
+    panels = [p for p in panels or [Panel("", None, reference, reference_label)]
+              if p.variants is None or p.variants & set(ours.variant)]
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    ends = []
-    for index, (variant, series) in enumerate(ours.groupby("variant")):
-        series = series.sort_values("n")
-        color, marker, dashes = line_style(index)
-        ax.plot(series.n.astype(float), series.value, color=color, marker=marker, linestyle=dashes, label=variant)
-        ends.append((float(series.n.iloc[-1]), float(series.value.iloc[-1]), variant, color))
-    ref = (rows[(rows.check == check) & (rows.versus == reference)].groupby("n").value.median() if reference
-           else pd.Series(dtype=float))
-    if not ref.empty:
-        ax.plot(ref.index.astype(float), ref.values, color="black", linestyle="--", linewidth=2, label=reference_label)
-        ends.append((float(ref.index[-1]), float(ref.values[-1]), reference_label, "black"))
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    label_line_ends(ax, ends)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.22, 1.0), frameon=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(9 * len(panels), 5.5), squeeze=False)
+    styles = variant_styles(sorted(set(ours.variant)))
+    for ax, panel in zip(axes[0], panels):
+        ends = []
+        for variant, series in ours.groupby("variant"):
+            if panel.variants is not None and variant not in panel.variants:
+                continue
+            series = series.sort_values("n")
+            color, marker, dashes = styles[variant] if variant not in greyed else ("0.7", "x", ":")
+            label = variant + (" (not ranked)" if variant in greyed else "")
+            ax.plot(series.n.astype(float), series.value.astype(float), color=color, marker=marker, linestyle=dashes, label=label)
+            if {"low", "high"} <= set(series) and series[["low", "high"]].notna().all().all():
+                ax.fill_between(series.n.astype(float), series.low.astype(float), series.high.astype(float), color=color,
+                                alpha=0.15, lw=0)
+            ends.append((float(series.n.iloc[-1]), float(series.value.iloc[-1]), label, color))
+        ref = (rows[(rows.check == check) & (rows.versus == panel.reference)].groupby("n").value.median()
+               if panel.reference else pd.Series(dtype=float))
+        if not ref.empty:
+            ax.plot(ref.index.astype(float), ref.values, color="black", linestyle="--", linewidth=2,
+                    label=panel.reference_label)
+            ends.append((float(ref.index[-1]), float(ref.values[-1]), panel.reference_label, "black"))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if panel.title:
+            ax.set_title(panel.title)
+        ax.grid(True, which="both", alpha=0.3)
+        label_line_ends(ax, ends)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.22, 1.0), frameon=False)
     return save(plt, fig, name)
 
 
-def line_style(index: int):
-    """A colour, marker and line style per series, so no two of up to 20 x 8 lines look alike."""
-    import matplotlib
+def variant_styles(variants: list[str]) -> dict[str, tuple]:
+    """Each variant's colour, marker and line style, from its name (so it looks the same on every board that has
+    the same variants): the colour its name hashes to or, where another name on the plot has it, the next free
+    one (colours repeat only past their number, with another marker)."""
+    import zlib
 
-    colors = matplotlib.colormaps["tab20"].colors
-    return (colors[index % len(colors)], MARKERS[index % len(MARKERS)],
-            LINE_STYLES[(index // len(MARKERS)) % len(LINE_STYLES)])
+    used, styles = set(), {}
+    for variant in sorted(variants):
+        code = zlib.crc32(variant.encode())
+        colour = code % len(COLORS)
+        for step in range(len(COLORS)):
+            if (colour + step) % len(COLORS) not in used:
+                colour = (colour + step) % len(COLORS)
+                break
+        used = used | {colour} if len(used) + 1 < len(COLORS) else set()
+        styles[variant] = (COLORS[colour], MARKERS[(code // len(COLORS)) % len(MARKERS)],
+                           LINE_STYLES[(code // (len(COLORS) * len(MARKERS))) % len(LINE_STYLES)])
+    return styles
 
 
 def label_points(ax, points, fontsize: int = 8):

@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import zoo
 from zoo import plots as plots_
 from zoo.board import best_known_rows, fmt_exp
-from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS
+from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
 from zoo.measure import PeakMemory
 from zoo.plan import plan_lengths, plan_rows
@@ -255,8 +255,9 @@ def section(board) -> zoo.Section:
             f"d_model {shapes.d_model}, {shapes.heads} head(s), "
             f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.")
     mine = board.rows(SUITE)
+    panels = plots_.kind_panels(board, {kind: (c, COMPARATOR_LABELS[c]) for kind, c in COMPARATORS.items()})
     plots = [plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == phase)], check, f"{check}.png", label,
-                            SDPA, COMPARATOR_LABELS[SDPA])
+                            panels=panels, greyed=plots_.unranked(board))
              for check, phase, label in (("flops", "fwd", "FLOPs (forward, complexity shapes)"),
                                          ("memory", "fwd+bwd", "peak live tensor bytes (forward+backward)"))]
     lengths = sorted(int(n) for n in results[(results.suite == SUITE) & (results.check == "memory-ratio")].n.dropna().unique())

@@ -598,8 +598,9 @@ def section(board) -> zoo.Section:
     for batch in batches:
         chosen = rows[(rows.phase == DECODE) & (rows.batch == batch)]
         plot = plots_.log_log(chosen, "decode-time", f"decode-time-batch{batch}.png",
-                              f"seconds per generated token (batch {batch})", SDPA_CACHE, STANDARD_LABELS[SDPA_CACHE],
-                              xlabel="context length (tokens)")
+                              f"seconds per generated token (batch {batch})", xlabel="context length (tokens)",
+                              panels=plots_.kind_panels(board, {k: (c, STANDARD_LABELS[c]) for k, c in STANDARD.items()}),
+                              greyed=plots_.unranked(board))
         if plot:
             plots[plot[0]] = plot[1]
     return zoo.Section("Inference", text, tables, plots)

@@ -251,44 +251,65 @@ def section(board) -> zoo.Section:
         tables, dict(plots))
 
 
-def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None):
+def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None,
+                 panels: list[tuple[str, str, frozenset]] | None = None, greyed: frozenset = frozenset()):
     """One point per variant, x (a cost, log scale, lower is better) against y (higher is better), the Pareto front
-    joined: the variants no other beats on both at once. None when no variant has both."""
+    joined: the variants no other beats on both at once; ``panels`` (title, x label, variants) side by side, each
+    with its own front, else one; ``greyed`` variants (not ranked) in grey. None when no variant has both."""
     points = pd.DataFrame({"x": x, "y": y}).dropna().sort_values(["x", "y"], ascending=[True, False])
-    if points.empty:
+    panels = [(t, label, members) for t, label, members in panels or [("", xlabel, frozenset(points.index))]
+              if members & set(points.index)]
+    if points.empty or not panels:
         return None
-    front = points[points.y > points.y.cummax().shift(fill_value=-1.0)]
     plt = plots_.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.step(front.x, front.y, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
-    for variant, point in points.iterrows():
-        ax.scatter(point.x, point.y, marker="o" if variant in front.index else "x", s=40, zorder=2)
-    ax.set_xscale("log")
-    plots_.label_points(ax, [(point.x, point.y, variant) for variant, point in points.iterrows()])
-    ax.set_xlabel(xlabel, fontsize=8 if len(xlabel) > 70 else None)
-    ax.set_ylabel(ylabel)
-    if top is not None:
-        ax.set_ylim(0, top)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.5), squeeze=False)
+    styles = plots_.variant_styles(list(points.index))
+    for ax, (title, label, members) in zip(axes[0], panels):
+        mine = points[points.index.isin(members)]
+        front = mine[mine.y > mine.y.cummax().shift(fill_value=-1.0)]
+        ax.step(front.x, front.y, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
+        for variant, point in mine.iterrows():
+            ax.scatter(point.x, point.y, marker="o" if variant in front.index else "x", s=40, zorder=2,
+                       color="0.7" if variant in greyed else styles[variant][0])
+        for marker, meaning in (("o", "on the front"), ("x", "behind it: another is better on both")):
+            ax.scatter([], [], marker=marker, color="0.3", label=meaning)
+        ax.set_xscale("log")
+        plots_.label_points(ax, [(point.x, point.y, variant + (" (not ranked)" if variant in greyed else ""))
+                                 for variant, point in mine.iterrows()])
+        ax.set_xlabel(label, fontsize=8 if len(label) > 70 else None)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        if top is not None:
+            ax.set_ylim(0, top)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
     return plots_.save(plt, fig, name)
 
 
 def _accuracy_plot(board, quality, figures):
-    """Mean accuracy over tasks against the ranking figure (each kind against its own comparator, as the ranked
-    tables), with its Pareto front."""
+    """Mean accuracy over tasks against the ranking figure, cores and layers apart, each against its own
+    comparator as the ranked tables are, with its Pareto front."""
+    from zoo.board import KIND_TITLES
+
     scores = quality[quality.check == "accuracy"].dropna(subset=["value"])
     if scores.empty:
         return None
     accuracy = scores.groupby("variant").value.mean()
     ranked = {v: f for v, f in figures.items() if f is not None and f.value is not None}
-    if ranked:
-        x = pd.Series({v: f.value for v, f in ranked.items()}).reindex(accuracy.index)
-        label = "; ".join(sorted({f.column for f in ranked.values()})) + " (lower is faster)"
-    else:
+    if not ranked:
         x = quality[quality.check == "train-seconds"].groupby("variant").value.sum().reindex(accuracy.index)
-        label = "training seconds over all tasks (lower is faster)"
-    return _pareto_plot(x, accuracy, label, "mean accuracy over the quality tasks", "accuracy-vs-speed.png")
+        return _pareto_plot(x, accuracy, "training seconds over all tasks (lower is faster)",
+                            "mean accuracy over the quality tasks", "accuracy-vs-speed.png")
+    x = pd.Series({v: f.value for v, f in ranked.items()}).reindex(accuracy.index)
+    panels = []
+    for kind, title in KIND_TITLES.items():
+        members = frozenset(v for v in ranked if board.kind(v) == kind)
+        if members:
+            columns = sorted({ranked[v].column for v in members})
+            panels.append((title, "; ".join(columns) + " (lower is faster)", members))
+    return _pareto_plot(x, accuracy, "", "mean accuracy over the quality tasks", "accuracy-vs-speed.png",
+                        panels=panels, greyed=plots_.unranked(board))
 
 
 def _recall_state_plot(quality):

@@ -654,7 +654,9 @@ def section(board) -> zoo.Section:
     tables.append(zoo.Table("Achieved rate", [], rates))
     mine = board.rows(SUITE)
     plot = plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == "fwd+bwd")], "time", "time.png",
-                          "seconds per call (forward+backward, speed shapes)", SDPA, COMPARATOR_LABELS[SDPA])
+                          "seconds per call (forward+backward, speed shapes)",
+                          panels=plots_.kind_panels(board, {k: (c, COMPARATOR_LABELS[c]) for k, c in COMPARATORS.items()}),
+                          greyed=plots_.unranked(board))
     return zoo.Section("Speed", [text], tables, dict([plot]) if plot else {})
 
 
