@@ -30,6 +30,11 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"floors": {"bare-op": None}}, "floor 'bare-op' must be callable"),
     ({"baselines": {"same": lambda m: m}, "floors": {"same": lambda m: m}}, "['same'] named both a baseline and a floor"),
     ({"peers": {"flex": None}}, "peer 'flex' must be callable"),
+    ({"baselines": {"as-class": torch.nn.MultiheadAttention}}, "baseline 'as-class' is the class MultiheadAttention; "
+                                                                "a baseline is make(module) -> fn(query, key, value"),
+    ({"floors": {"no-module": lambda: None}}, "floor 'no-module' has the signature (), but a floor is called with "
+                                              "the variant's module alone"),
+    ({"peers": {"two": lambda module, q: q}}, "peer 'two' has the signature (module, q)"),
     ({"error_sweeps": {"features": (16,)}}, "error_sweeps needs approximates="),
     ({"approximates": "softmax", "error_sweeps": {"features": (16,)}}, "error_sweeps option 'features' is not among"),
     ({"approximates": "softmax", "options": {"features": 8}, "error_sweeps": {"features": ()}}, "must be a non-empty tuple"),

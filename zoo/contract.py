@@ -213,6 +213,26 @@ Baseline = Callable[[Any], Callable[..., Any]]
 """Given the variant's module, return ``fn(query, key, value, attn_mask=None, is_causal=False)``."""
 
 
+def _takes_the_module(variant: str, kind: str, label: str, make) -> None:
+    """Refuse a baseline, floor or peer that cannot be called as ``make(module)``, naming it: a class (it would
+    be built with the module as its first argument) or a function of another number of arguments."""
+    import inspect
+
+    usage = "make(module) -> fn(query, key, value, attn_mask=None, is_causal=False)"
+    if inspect.isclass(make):
+        raise RegistrationError(f"variant {variant!r}: {kind} {label!r} is the class {make.__name__}; a {kind} is "
+                                f"{usage} (e.g. lambda module: {make.__name__}(...) built from the module)")
+    try:
+        signature = inspect.signature(make)
+    except (TypeError, ValueError):  # a builtin without a signature: it is tried when called
+        return
+    try:
+        signature.bind(object())
+    except TypeError:
+        raise RegistrationError(f"variant {variant!r}: {kind} {label!r} has the signature {signature}, but a {kind} "
+                                f"is called with the variant's module alone: {usage}") from None
+
+
 @dataclass(frozen=True)
 class Variant:
     """One registered attention variant.
@@ -350,6 +370,7 @@ class Variant:
             for label, make in labelled.items():
                 if not callable(make):
                     raise RegistrationError(f"variant {self.name!r}: {kind} {label!r} must be callable")
+                _takes_the_module(self.name, kind, label, make)
         if self.best_known and self.best_known not in {*self.baselines, COMPARATORS[self.kind]}:
             raise RegistrationError(f"variant {self.name!r}: best_known {self.best_known!r} is neither one of its "
                                     f"baselines {sorted(self.baselines)} nor {COMPARATORS[self.kind]!r}, the op a "

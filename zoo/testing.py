@@ -44,7 +44,13 @@ class CheckOutcome:
         if self.status == SKIPPED:
             return f"{self.check}: skipped ({self.reason})"
         if self.status == PASSED:
-            return f"{self.check}: passed ({sum(r.status == PASSED for r in self.rows)} cases)"
+            cases = f"{self.check}: passed ({sum(r.status == PASSED for r in self.rows)} cases)"
+            judged = [r for r in self.rows if r.status == PASSED and r.value is not None]
+            if not judged:
+                return cases
+            largest = max(judged, key=lambda r: r.value)  # the figure nearest its bound, for the checks' errors
+            return (f"{cases}; largest figure judged: {largest.value:.3g}{f' {largest.unit}' if largest.unit else ''}"
+                    f" [{largest.setting or 'no setting'}]" + (f" {largest.detail}" if largest.detail else ""))
         worst = self.smallest_failure
         failed = sum(r.status in (FAILED, ERROR) for r in self.rows)
         value = f", value {worst.value:.3g} {worst.unit}" if worst.value is not None else ""
