@@ -252,6 +252,7 @@ def zoo_register_variants(register):
         complexity=zoo.Complexity(time=1, memory=1),
         options={"block": 64, "window": 1, "global_blocks": 1, "random_blocks": 2, "seed": 0},
         check_options={"block": 2, "window": 1, "global_blocks": 1, "random_blocks": 1},
+        quality_options={"block": 8},  # 6 blocks of 64 cover every quality task: dense there
         baselines={"dense-sdpa-layout": dense_layout_sdpa},
         best_known="dense-sdpa-layout",
         flops=flops,

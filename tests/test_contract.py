@@ -26,6 +26,7 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"options": {"d_model": 3}}, "may not redefine"),
     ({"targets": ("fast",)}, "targets must be zoo.Target"),
     ({"options": {"window": 4}, "check_options": {"chunk": 2}}, "check_options ['chunk'] are not among its options"),
+    ({"options": {"window": 4}, "quality_options": {"chunk": 2}}, "quality_options ['chunk'] are not among its options"),
     ({"baselines": {"other": 3}}, "baseline 'other' must be callable"),
     ({"floors": {"bare-op": None}}, "floor 'bare-op' must be callable"),
     ({"baselines": {"same": lambda m: m}, "floors": {"same": lambda m: m}}, "['same'] named both a baseline and a floor"),
@@ -171,3 +172,21 @@ def test_each_output_check_names_the_variant_and_the_problem(factory, message):
     with pytest.raises(VariantOutputError) as caught:
         _module(factory=factory)(X, X, X)
     assert "variant 'good'" in str(caught.value) and message in str(caught.value)
+
+
+def test_a_runs_option_wins_over_the_plugins_quality_options():
+    variant = minimal_variant(options={"window": 128, "block": 128}, quality_options={"window": 16, "block": 16})
+    assert variant.card()["quality_options"] == {"window": "16", "block": "16"}
+    run = variant.with_defaults({"window": 7})
+    assert run.options == {"window": 7, "block": 128} and run.quality_options == {"block": 16}
+
+
+def test_every_builtin_whose_structure_the_quality_tasks_would_not_reach_trains_with_smaller_options(registry):
+    """A window, blocks or a projection at least as long as the longest quality task (144 tokens) would make the
+    variant dense attention there: those plugins give quality options under it."""
+    from zoo.tasks import default_tasks
+
+    longest = max(task.length for task in default_tasks())
+    for name, key in (("windowed", "window"), ("block-sparse", "block"), ("linformer", "proj_len")):
+        variant = registry.variant(name)
+        assert variant.quality_options[key] < min(longest, variant.options[key]), name

@@ -28,7 +28,7 @@ def run(*args, env, cwd=None):
 @pytest.fixture(scope="module")
 def scaffolded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("new")
-    made = run_zoo("new", "my-scaffold", "--dir", tmp / "zoo-my-scaffold", timeout=60)
+    made = run_zoo("new", "my-scaffold", "my-second", "--dir", tmp / "zoo-my-scaffold", timeout=60)  # two variants
     assert made.returncode == 0, made.stderr
     return tmp / "zoo-my-scaffold", install(tmp / "zoo-my-scaffold", tmp / "site")
 
@@ -40,6 +40,7 @@ def example(tmp_path_factory):
 
 
 @pytest.mark.parametrize("which, name, distribution", [("scaffolded", "my-scaffold", "zoo-my-scaffold 0.1.0"),
+                                                       ("scaffolded", "my-second", "zoo-my-scaffold 0.1.0"),
                                                        ("example", "alibi", "zoo-alibi 0.1.0")])
 def test_installed_plugin_is_listed_with_its_distribution(request, which, name, distribution):
     _, env = request.getfixturevalue(which)
@@ -53,6 +54,9 @@ def test_its_own_conformance_tests_pass(request, which, tmp_path):
     out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "tests"), env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
+    if which == "scaffolded":  # one conformance test per check for each variant the distribution holds
+        assert "my-second" in run("-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                                  str(folder / "tests"), env=env, cwd=tmp_path).stdout
 
 
 def test_zoo_check_passes_the_installed_example(example):

@@ -344,8 +344,9 @@ def cmd_new(args) -> int:
     """zoo new: a plugin distribution to start from."""
     from .scaffold import scaffold
 
-    root = scaffold(args.name, args.dir)
-    print(f"zoo: wrote {root}/ - next: pip install -e '{root}[test]' && python -m pytest {root} && zoo check {args.name}")
+    root = scaffold(args.names, args.dir)
+    print(f"zoo: wrote {root}/ ({', '.join(args.names)}) - next: pip install -e '{root}[test]' && python -m pytest "
+          f"{root} && zoo check {args.names[0]}")
     return 0
 
 
@@ -506,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run, filter=None)
 
     p = sub.add_parser("new", help="scaffold a plugin distribution for a new variant")
-    p.add_argument("name", help="the variant's name, e.g. my-attention")
+    p.add_argument("names", nargs="+", metavar="NAME", help="the variants' names, e.g. my-attention (several: one "
+                   "distribution, named after the first, with a module each)")
     p.add_argument("--dir", help="where to write it (default ./zoo-NAME)")
     p.set_defaults(func=cmd_new)
 

@@ -263,6 +263,10 @@ class Variant:
     ``check_options`` are used on the correctness suite's small shapes so the variant's structure is
     exercised there (e.g. a window or chunk smaller than the sequence): its chunks or blocks should repeat
     within 9 positions, the length gradcheck runs at, so a backward wrong only across chunks is caught.
+    ``quality_options`` are what the quality suite trains with, so the variant's structure is exercised at the
+    tasks' lengths (a window, blocks or a projection shorter than their 16-144 tokens; at its defaults a
+    window of 128 is dense attention there): the board shows them beside the scores. A run's ``--option``
+    for the same key wins.
     ``targets`` are the plugin's own performance goals (see :class:`Target`), shown met or not.
     ``flops(batch, q_len, k_len, d_model, num_heads, **options)``, where given, is the analytic
     forward FLOP count the counted FLOPs are checked against.
@@ -290,6 +294,7 @@ class Variant:
     complexity: Complexity = field(default_factory=lambda: Complexity(time=2, memory=2))
     options: Mapping[str, Any] = field(default_factory=dict)
     check_options: Mapping[str, Any] = field(default_factory=dict)
+    quality_options: Mapping[str, Any] = field(default_factory=dict)
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
     floors: Mapping[str, Baseline] = field(default_factory=dict)
     peers: Mapping[str, Baseline] = field(default_factory=dict)
@@ -345,9 +350,10 @@ class Variant:
             self.random_features.validate(self.name)
         if not all(isinstance(t, Target) for t in self.targets):
             raise RegistrationError(f"variant {self.name!r}: targets must be zoo.Target instances")
-        unknown = sorted(set(self.check_options) - set(self.options))
-        if unknown:
-            raise RegistrationError(f"variant {self.name!r}: check_options {unknown} are not among its options")
+        for label, given in (("check_options", self.check_options), ("quality_options", self.quality_options)):
+            unknown = sorted(set(given) - set(self.options))
+            if unknown:
+                raise RegistrationError(f"variant {self.name!r}: {label} {unknown} are not among its options")
         if self.error_sweeps and self.approximates is None:
             raise RegistrationError(f"variant {self.name!r}: error_sweeps needs approximates= (an exact variant "
                                     "has no approximation error to sweep)")
@@ -394,6 +400,7 @@ class Variant:
             "summary": self.summary, "family": self.family, "citation": self.citation, "kind": self.kind,
             "tags": self.tags.describe(), "approximates": self.approximates, "claimed_time": self.complexity.time,
             "claimed_memory": self.complexity.memory, "options": {k: repr(v) for k, v in self.options.items()},
+            "quality_options": {k: repr(v) for k, v in self.quality_options.items()},
             "baselines": list(self.baselines), "floors": list(self.floors), "peers": list(self.peers),
             "best_known": self.best_known,
             "targets": [dataclasses.asdict(t) for t in self.targets],
@@ -405,9 +412,11 @@ class Variant:
         }
 
     def with_defaults(self, overrides: Mapping[str, Any]) -> "Variant":
-        """This variant with new option defaults, taking only the overrides it has an option for."""
+        """This variant with new option defaults, taking only the overrides it has an option for (and its
+        quality options dropping those keys)."""
         mine = {k: v for k, v in overrides.items() if k in self.options}
-        return dataclasses.replace(self, options={**self.options, **mine}) if mine else self
+        quality = {k: v for k, v in self.quality_options.items() if k not in mine}  # the run's option wins
+        return dataclasses.replace(self, options={**self.options, **mine}, quality_options=quality) if mine else self
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """The variant's defaults overridden by ``options``; unknown names are rejected by name."""

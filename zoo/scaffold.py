@@ -1,4 +1,4 @@
-"""`zoo new NAME`: a plugin distribution that installs, lists, passes its conformance tests and runs."""
+"""`zoo new NAME [NAME...]`: a plugin distribution that installs, lists, passes its conformance tests and runs."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ dependencies = ["attention-zoo"]
 [project.optional-dependencies]
 test = ["pytest"]
 
-# This entry point is what makes `zoo` find the plugin once the distribution is installed.
+# These entry points are what make `zoo` find the plugins once the distribution is installed.
 [project.entry-points.zoo]
-$name = "$module"
+$entry_points
 
 [tool.setuptools]
 packages = ["$module"]
@@ -114,43 +114,52 @@ from zoo.testing import parametrize_with_checks
 
 # Name a check here with the reason if your variant is expected to fail it, e.g.
 # expected_failures={"key-permutation": "positional by design"}.
-@parametrize_with_checks(["$name"], expected_failures={})
+@parametrize_with_checks($names, expected_failures={})
 def test_conformance(variant, check):
     check(variant)
 ''')
 
 README = Template('''# zoo-$name
 
-An attention variant for the attention zoo.
+Attention variants for the attention zoo: $listed.
 
 ```bash
-pip install -e '.[test]'         # registers the entry point: `zoo list` shows $name
-python -m pytest                 # the zoo's conformance suite on $name
-zoo check $name                  # the same checks as a readable report
+pip install -e '.[test]'         # registers the entry points: `zoo list` shows $listed
+python -m pytest                 # the zoo's conformance suite on each
+zoo check $name                  # the same checks as a readable report (one variant)
 zoo run-all --filter $name       # a leaderboard row (./leaderboard)
 ```
 ''')
 
 
-def scaffold(name: str, directory: str | Path | None = None) -> Path:
-    """Write the plugin distribution for variant ``name``; return its folder."""
-    if not NAME_PATTERN.match(name):
-        raise OptionError(f"NAME {name!r} must be lower-case words joined by '-' or '_' (e.g. my-attention)")
-    root = Path(directory) if directory else Path(f"zoo-{name}")
+def scaffold(names: str | list[str], directory: str | Path | None = None) -> Path:
+    """Write one plugin distribution holding the variants ``names`` (a module each, an entry point each), named
+    after the first; return its folder."""
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:
+        if not NAME_PATTERN.match(name):
+            raise OptionError(f"NAME {name!r} must be lower-case words joined by '-' or '_' (e.g. my-attention)")
+    if len(set(names)) != len(names):
+        raise OptionError(f"NAME: {sorted(n for n in set(names) if names.count(n) > 1)} given more than once")
+    first = names[0]
+    root = Path(directory) if directory else Path(f"zoo-{first}")
     if root.exists() and any(root.iterdir()):
         raise OptionError(f"--dir: {str(root)!r} exists and is not empty")
-    module = "zoo_" + name.replace("-", "_")
-    values = {"name": name, "module": module}
+    package = "zoo_" + first.replace("-", "_")
+    modules = {name: package if name == first else f"{package}.{name.replace('-', '_')}" for name in names}
+    values = {"name": first, "module": package, "names": repr(names), "listed": ", ".join(names),
+              "entry_points": "\n".join(f'{name} = "{module}"' for name, module in modules.items())}
     files = {
-        root / "pyproject.toml": PYPROJECT,
-        root / module / "__init__.py": MODULE,
-        root / "tests" / "test_conformance.py": TESTS,
-        root / "README.md": README,
+        root / "pyproject.toml": PYPROJECT.substitute(values),
+        root / "tests" / "test_conformance.py": TESTS.substitute(values),
+        root / "README.md": README.substitute(values),
+        **{root / Path(*module.split(".")).with_suffix(".py") if module != package else root / package / "__init__.py":
+           MODULE.substitute(name=name, module=module) for name, module in modules.items()},
     }
     try:
-        for path, template in files.items():
+        for path, text in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(template.substitute(values))
+            path.write_text(text)
     except OSError as exc:
         raise OptionError(f"--dir: cannot write to {str(root)!r} ({exc.strerror or exc})") from None
     return root

@@ -39,7 +39,7 @@ def hyper_parameters(profile, task: Task | None = None) -> dict:
 
 def make_model(variant, task: Task, hp: dict) -> torch.nn.Module:
     """The model a task trains: a sequence model or a small vision transformer around the variant."""
-    size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"])
+    size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"], **variant.quality_options)
     if task.kind == "image":
         return VisionTransformer(variant, image_size=16, patch_size=4, channels=1, classes=task.classes, **size)
     return SequenceModel(variant, vocab=task.vocab, classes=task.classes, max_len=task.length, **size)
@@ -145,7 +145,7 @@ def recall_state_bytes(variant, task: Task, hp: dict) -> float | None:
     if decoder is None or decoder.state_bytes is None:
         return None
     return hp["layers"] * float(decoder.state_bytes(1, task.length, hp["d_model"], hp["heads"], itemsize=4,
-                                                    **dict(variant.options)))
+                                                    **{**variant.options, **variant.quality_options}))
 
 
 # --- on the board ---------------------------------------------------------------------------------------
@@ -186,6 +186,15 @@ def details(board, variant) -> list:
     return [zoo.Table(f"Quality ({board.source_text(SUITE)})", ["task", "accuracy", "chance"], rows)] if rows else []
 
 
+def options_text(card: dict) -> str:
+    """The options a variant trained with here: its plugin's quality options, else its defaults (a run stored
+    before plugins gave quality options: not recorded)."""
+    if "quality_options" not in card:
+        return "not recorded by its run"
+    given = card["quality_options"]
+    return ", ".join(f"{k}={v}" for k, v in given.items()) if given else "its defaults"
+
+
 def axes(board, variant) -> list[zoo.Axis]:
     """The mean accuracy over the tasks: a cost weighed against speed and state (scores within 0.02 are tied: the
     seeds' spread)."""
@@ -209,7 +218,7 @@ def section(board) -> zoo.Section:
     rows = []
     for variant in sorted(set(scores.variant)):
         mine = scores[scores.variant == variant]
-        row = {"variant": variant}
+        row = {"variant": variant, "trained with": options_text(board.card(variant))}
         for task in tasks:
             hit = mine[mine.setting == task]
             if hit.empty:
@@ -221,7 +230,7 @@ def section(board) -> zoo.Section:
                 row[task] = f"{hit.value.iloc[0]:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
         rows.append(row)
     chance = {task: _value_at(quality, None, "chance", task) for task in tasks}
-    rows.append({"variant": "(chance)", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})
+    rows.append({"variant": "(chance)", "trained with": "", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})
     hp = pd.Series(quality[quality.check == "hyper-parameters"].detail.unique())
     runs = board.runs_of(SUITE)
     source = board.source_text(SUITE) + ("" if board.run_id in runs else
@@ -246,7 +255,10 @@ def section(board) -> zoo.Section:
     plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(curve),
                                _recall_state_plot(quality)) if plot]
     return zoo.Section("Quality", [
-        f"From {source}. Accuracy on fresh examples after training with the same budget and hyper-parameters "
+        f"From {source}. Each variant trains with its plugin's quality options (*trained with*: a window, blocks or "
+        "a projection shorter than the tasks' 16-144 tokens, so its structure is exercised; at its defaults it "
+        "would be dense attention there). "
+        f"Accuracy on fresh examples after training with the same budget and hyper-parameters "
         f"({'; '.join(hp) if not hp.empty else 'see results.csv'}); mean ± std over seeds.{plot_note}"],
         tables, dict(plots))
 
