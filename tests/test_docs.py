@@ -56,3 +56,14 @@ def test_the_readme_python_snippet_runs_verbatim(tmp_path):
     done = run_python("-c", snippet + promises, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "board" / "README.md").is_file()
+
+
+def test_contributing_has_a_row_for_every_field_of_the_variant_contract():
+    import dataclasses
+
+    import zoo
+
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    table = text.split("Every field of `zoo.Variant`", 1)[1].split("\n\n", 2)[1]
+    documented = {name.strip(" `") for row in table.splitlines()[2:] for name in row.split("|")[1].split(",")}
+    assert {f.name for f in dataclasses.fields(zoo.Variant)} == documented
