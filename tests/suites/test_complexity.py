@@ -86,3 +86,12 @@ def test_a_formula_that_mixes_up_queries_and_keys_is_caught_at_a_cross_shape(reg
     verdicts = _formula_verdicts(dataclasses.replace(cross, flops=swapped))
     assert [r.status for r in verdicts] == [PASSED, FAILED]
     assert "q_len=64 k_len=128 kdim=32 vdim=128" in verdicts[1].setting
+
+
+def test_the_variant_page_says_what_a_fitted_exponent_means_against_the_claim():
+    from zoo.suites.complexity import EXPONENT_TOLERANCE, exponent_reading
+
+    assert exponent_reading(2.02, 2) == "as claimed"
+    assert exponent_reading(0.08, 1).startswith("grows slower than claimed over the lengths measured")
+    assert exponent_reading(1 + EXPONENT_TOLERANCE + 0.01, 1).startswith("grows faster than claimed: the claim fails")
+    assert exponent_reading(None, 1) == ""

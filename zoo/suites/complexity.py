@@ -219,11 +219,24 @@ def details(board, variant) -> list:
     mine = board.results[board.results.variant == variant]
     exponent = {(r.check, r.mode, r.phase): r.value for r in mine.itertuples() if r.check.endswith("-exponent")}
     claims = [{"measure": f"{what} exponent ({mode} {phase})", "claimed": card.get(f"claimed_{key}"),
-               "measured": fmt_exp(exponent.get((f"{check}-exponent", mode, phase)))}
+               "measured": fmt_exp(exponent.get((f"{check}-exponent", mode, phase))),
+               "reading": exponent_reading(exponent.get((f"{check}-exponent", mode, phase)), card.get(f"claimed_{key}"))}
               for what, key, check in (("FLOP", "time", "flops"), ("memory", "memory", "memory"))
               for mode in ("full", "causal") for phase in PHASES
               if (f"{check}-exponent", mode, phase) in exponent]
-    return [zoo.Table("Claims and measurements", ["measure", "claimed", "measured"], claims)] if claims else []
+    return [zoo.Table("Claims and measurements", ["measure", "claimed", "measured", "reading"], claims)] if claims else []
+
+
+def exponent_reading(measured, claimed) -> str:
+    """What a fitted exponent says against the claim, in words (the verdict's tolerance: EXPONENT_TOLERANCE)."""
+    if measured is None or claimed is None:
+        return ""
+    if measured > claimed + EXPONENT_TOLERANCE:
+        return f"grows faster than claimed: the claim fails (tolerance {EXPONENT_TOLERANCE:g})"
+    if measured < claimed - EXPONENT_TOLERANCE:
+        return ("grows slower than claimed over the lengths measured: a part that does not grow with n (weights, "
+                "fixed-size buffers, a projection to a fixed length) is most of it there; the claim is the limit")
+    return "as claimed"
 
 
 def section(board) -> zoo.Section:
