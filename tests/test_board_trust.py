@@ -334,8 +334,8 @@ def test_a_run_far_noisier_than_the_board_is_written_beside_it_and_kept(tmp_path
 
     first = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path).attrs["run_id"]
     measured = leaderboard.run_noise
-    monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: measured(store, run, suites)
-                        if run == first else measured(store, run, suites) * 0 + 1.0)  # every cell spread 100%
+    monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: measured(store, run, suites) * 0 + (
+        0.02 if run == first else 1.0))  # the same cells: the board's spread 2%, the new run's 100%
     warnings = []
     second = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path, warn=warnings.append)
     second = second.attrs["run_id"]
@@ -352,3 +352,8 @@ def test_a_run_far_noisier_than_the_board_is_written_beside_it_and_kept(tmp_path
     assert _shown_run(_leaderboard(tmp_path)) == first
     assert zoo_here(capsys, "leaderboard", "--out", tmp_path, "--run", second)[0] == 0
     assert _shown_run(_leaderboard(tmp_path)) == second
+
+    third = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path).attrs["run_id"]
+    assert _shown_run(_leaderboard(tmp_path)) == third  # a later run's board never takes the held-back rows
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert set(csv[csv.suite == "speed"].run_id) == {first} and set(csv[csv.suite == "correctness"].run_id) == {third}

@@ -63,3 +63,10 @@ def test_a_suite_that_became_an_error_is_a_check_that_started_failing():
     changes = status_changes(before, after)
     assert changes[["variant", "suite", "check", "change"]].values.tolist() == [
         ["additive", "speed", "worker", "started failing"]]
+
+
+def test_status_changes_of_runs_without_rows_is_empty():
+    from zoo.compare import status_changes
+
+    empty = pd.DataFrame(columns=["variant", "suite", "check", "versus", "setting", "status"])
+    assert status_changes(empty, empty).empty

@@ -27,6 +27,8 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"targets": ("fast",)}, "targets must be zoo.Target"),
     ({"options": {"window": 4}, "check_options": {"chunk": 2}}, "check_options ['chunk'] are not among its options"),
     ({"options": {"window": 4}, "quality_options": {"chunk": 2}}, "quality_options ['chunk'] are not among its options"),
+    ({"options": {"max_len": 64}, "quality_options": {"max_len": 16}}, "quality_options ['max_len'] are arguments of "
+                                                                      "the quality suite's own models"),
     ({"baselines": {"other": 3}}, "baseline 'other' must be callable"),
     ({"floors": {"bare-op": None}}, "floor 'bare-op' must be callable"),
     ({"baselines": {"same": lambda m: m}, "floors": {"same": lambda m: m}}, "['same'] named both a baseline and a floor"),

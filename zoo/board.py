@@ -156,14 +156,16 @@ def runs_text(runs, run_id: str) -> str:
     return " and ".join(part for part in ("this run" if run_id in runs else "", earlier) if part)
 
 
-def board_rows(store: Store, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The rows and jobs the board for ``run_id`` accumulates (see the module); each row carries its ``run_id``,
-    each result row its job's ``source_sha256``."""
+def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows and jobs the board for ``run_id`` accumulates (see the module), never from the runs in
+    ``exclude`` (held back as too noisy); each row carries its ``run_id``, each result row its job's
+    ``source_sha256``."""
     settings, environment = store.settings(run_id), store.environment(run_id)
     machine = [environment.get(key) for key in COMPARABLE_ENVIRONMENT]
     runs = store.runs()
     started = dict(zip(runs.run_id, runs.started))
-    earlier = [r for r in reversed(list(runs.run_id)) if r != run_id and started[r] <= started[run_id]]
+    earlier = [r for r in reversed(list(runs.run_id))
+               if r != run_id and r not in exclude and started[r] <= started[run_id]]
     sources = [run_id] + [r for r in earlier if store.settings(r) == settings
                           and [store.environment(r).get(key) for key in COMPARABLE_ENVIRONMENT] == machine]
     job_parts, result_parts, covered = [], [], set()
@@ -212,7 +214,8 @@ def current_sources(jobs: pd.DataFrame) -> dict[str, str | None]:
 
 def _is_stale(variants, hashes, current: dict) -> np.ndarray:
     """Which rows measured a source other than their variant's current one (an unrecorded hash never is)."""
-    return np.array([bool(h) and bool(current.get(v)) and h != current[v] for v, h in zip(variants, hashes)], dtype=bool)
+    return np.array([isinstance(h, str) and isinstance(current.get(v), str) and h != current[v]
+                     for v, h in zip(variants, hashes)], dtype=bool)
 
 
 def _job_hashes(jobs: pd.DataFrame) -> list:
@@ -241,9 +244,11 @@ class Board:
     notes: Footnotes = field(default_factory=Footnotes)
 
     @classmethod
-    def of(cls, store: Store, run_id: str, suites: dict[str, Suite], folder: str | None = None) -> "Board":
-        """The board of ``run_id`` in ``store``, drawn by ``suites``; ``folder``: where it is published."""
-        results, jobs = board_rows(store, run_id)
+    def of(cls, store: Store, run_id: str, suites: dict[str, Suite], folder: str | None = None,
+           exclude: frozenset[str] = frozenset()) -> "Board":
+        """The board of ``run_id`` in ``store``, drawn by ``suites``; ``folder``: the board folder its commands
+        name; ``exclude``: runs whose rows it never takes (held back)."""
+        results, jobs = board_rows(store, run_id, exclude)
         cards: dict[str, dict] = {}
         for job in jobs.itertuples():  # newest first: a variant's card is the one its latest job recorded
             cards.setdefault(job.variant, job.provenance)

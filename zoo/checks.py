@@ -33,8 +33,8 @@ class Status(str, enum.Enum):
 PASSED, FAILED, SKIPPED, ERROR, MEASURED = Status
 STATUSES = tuple(s.value for s in Status)
 BAD = (FAILED.value, ERROR.value)
-WORKER_CHECK = "worker"  # the row of a job its worker did not finish (a timeout, a crash): no check's own result
 """Statuses that keep a variant off the ranking when they occur in its correctness rows (errors: anywhere)."""
+WORKER_CHECK = "worker"  # the row of a job its worker did not finish (a timeout, a crash): no check's own result
 
 
 @dataclass

@@ -236,7 +236,7 @@ def _summary(results, suites) -> None:
     from .store import Store
 
     rows, stale = summary(Store(results.attrs["store"], readonly=True), results.attrs["run_id"], suites,
-                          Path(results.attrs["leaderboard"]).parent)
+                          Path(results.attrs["folder"]))
     print("\n" + tabulate(rows, headers="keys", tablefmt="plain"))
     for line in stale:
         print(f"zoo: {line}")
@@ -412,15 +412,14 @@ def cmd_compare(args) -> int:
     print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
     for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
         print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)
-    from .leaderboard import HELD_BACK_FACTOR, run_noise
+    from .leaderboard import held_back_reason, run_noise
 
     noise = [run_noise(store, r, suites) for r in resolved]
-    if all(len(n) for n in noise):
-        (before, after), factor = (float(n.median()) for n in noise), HELD_BACK_FACTOR
-        if max(before, after) > factor * max(min(before, after), 1e-12):
-            print(f"zoo: warning: the runs' timings spread {before:.3g} and {after:.3g} (median IQR/median of their "
-                  f"cells), more than {factor:g}x apart: one was measured on a far busier machine, and its timing "
-                  "changes are mostly noise", file=sys.stderr)
+    for (run, mine), (other, theirs) in ((resolved[1], noise[1]), (resolved[0], noise[0])), \
+            ((resolved[0], noise[0]), (resolved[1], noise[1])):
+        if why := held_back_reason(mine, theirs, against=f"run {other}'s"):
+            print(f"zoo: warning: run {run} is far noisier than run {other}, {why}: its timing changes are mostly "
+                  "noise", file=sys.stderr)
     intervals = all((store.settings(r).get("processes") or 1) > 1 for r in resolved)
     timing_title = ("Timing changes: the two runs' intervals over their processes do not overlap, and the change "
                     f"exceeds {PRACTICAL_CHANGE:.0%}" if intervals else "Timing changes: a 95% bootstrap interval of "

@@ -109,7 +109,7 @@ def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     before, after = worst(a), worst(b)
     both = pd.concat({"before": before, "after": after}, axis=1)
     ran = set(zip(a.variant, a.suite)) & set(zip(b.variant, b.suite))
-    both = both[[(variant, suite) in ran for variant, suite, *_ in both.index]].fillna(False)
+    both = both.loc[np.array([(variant, suite) in ran for variant, suite, *_ in both.index], dtype=bool)].fillna(False)
     changed = both[both.before != both.after]
     out = changed.assign(change=changed.after.map(lambda bad: "started failing" if bad else "stopped failing"))
     out = out.reset_index()

@@ -213,6 +213,11 @@ Baseline = Callable[[Any], Callable[..., Any]]
 """Given the variant's module, return ``fn(query, key, value, attn_mask=None, is_causal=False)``."""
 
 
+QUALITY_MODEL_ARGUMENTS = frozenset({"max_len", "causal", "cross", "ff_mult", "vocab", "classes", "layers",
+                                     "image_size", "patch_size", "channels"})
+"""Arguments of the quality suite's models (zoo.blocks), which take a variant's other options as keywords."""
+
+
 def _takes_the_module(variant: str, kind: str, label: str, make) -> None:
     """Refuse a baseline, floor or peer that cannot be called as ``make(module)``, naming it: a class (it would
     be built with the module as its first argument) or a function of another number of arguments."""
@@ -354,6 +359,10 @@ class Variant:
             unknown = sorted(set(given) - set(self.options))
             if unknown:
                 raise RegistrationError(f"variant {self.name!r}: {label} {unknown} are not among its options")
+        taken = sorted(set(self.quality_options) & QUALITY_MODEL_ARGUMENTS)
+        if taken:
+            raise RegistrationError(f"variant {self.name!r}: quality_options {taken} are arguments of the quality "
+                                    "suite's own models, so they cannot be passed through to the variant")
         if self.error_sweeps and self.approximates is None:
             raise RegistrationError(f"variant {self.name!r}: error_sweeps needs approximates= (an exact variant "
                                     "has no approximation error to sweep)")

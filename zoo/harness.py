@@ -184,7 +184,8 @@ def _report(store, run_id: str, folder, registry, warn) -> pd.DataFrame:
              f"its own board is in {beside} and it is kept in the store (zoo leaderboard --run {run_id} --out "
              f"{folder.path} publishes it)")
     results = store.results(run_id)
-    results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]), suites=registry.suites)
+    results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]), folder=str(folder.path),
+                         suites=registry.suites)
     return results
 
 

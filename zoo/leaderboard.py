@@ -55,7 +55,9 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
                 held_back: str | None = None) -> dict[str, bytes]:
     """The board for ``run_id`` as file name -> content: README.md, index.html, results.csv and the sections'
     plots. Only the plots of boards published in ``out_dir``'s subfolders are read from disk."""
-    board = Board.of(store, run_id, registered_suites() if suites is None else suites, folder=typed_folder(out_dir))
+    suites = registered_suites() if suites is None else suites
+    board = Board.of(store, run_id, suites, folder=typed_folder(Path(out_dir).parent if held_back else out_dir),
+                     exclude=frozenset(board_run(store, suites)[1]) - {run_id})
     board.environment = {**board.environment, **_ran_on(board.jobs),
                          **({"held back": f"this run did not replace its folder's board: {held_back}"} if held_back else {})}
     results = board.results
@@ -112,44 +114,44 @@ def run_noise(store: Store, run_id: str, suites: dict[str, Suite]) -> pd.Series:
     return pd.concat(parts) if parts else pd.Series(dtype=float)
 
 
-def held_back_reason(new: pd.Series, board: pd.Series) -> str | None:
+def held_back_reason(new: pd.Series, board: pd.Series, against: str = "the board's") -> str | None:
     """Why a run with cell spreads ``new`` must not replace a board whose run had ``board`` (None: it may): over the
     cells both timed (else all of each), its median spread is above HELD_BACK_FLOOR and HELD_BACK_FACTOR times the
-    board's."""
+    board's (``against`` names the other side in the sentence)."""
     if new.empty or board.empty:
         return None
     common = new.index.intersection(board.index)
     mine, theirs = (new[common], board[common]) if len(common) else (new, board)
     a, b = float(mine.median()), float(theirs.median())
     if a > HELD_BACK_FLOOR and a > HELD_BACK_FACTOR * b:
-        return (f"its timings spread {a:.3g} (median IQR/median over {len(mine)} cells), {a / max(b, 1e-12):.1f}x the "
-                f"board's {b:.3g}: held back above {HELD_BACK_FACTOR:g}x and {HELD_BACK_FLOOR:g}")
+        return (f"its timings spread {a:.3g} (median IQR/median over {len(mine)} cells), {a / max(b, 1e-12):.1f}x "
+                f"{against} {b:.3g}: held back above {HELD_BACK_FACTOR:g}x and {HELD_BACK_FLOOR:g}")
     return None
 
 
 def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str | None, dict[str, str]]:
     """The run a folder's board shows, and the runs held back (run -> why). Runs are taken in the order they
-    started; each replaces the board unless it has the board's settings and machine and its timings are far
-    noisier than those of the timed run the board last took (:func:`held_back_reason`): a busy machine never
-    writes over a board, and the held-back run stays in the store (``zoo leaderboard --run`` publishes it)."""
+    started; each replaces the board unless its timings are far noisier (:func:`held_back_reason`) than those of
+    the latest timed run not held back among the runs of its settings and machine: a busy machine never writes
+    over a board, and the held-back run stays in the store (``zoo leaderboard --run`` publishes it)."""
     suites = registered_suites() if suites is None else suites
-    shown, reference, held = None, pd.Series(dtype=float), {}
+    shown, reference, held = None, {}, {}
     for run in store.runs().run_id:
         noise = run_noise(store, run, suites)
-        same_board = shown is not None and _comparable(store, run, shown)
-        if same_board and (why := held_back_reason(noise, reference)):
+        group = _group(store, run)
+        if group in reference and (why := held_back_reason(noise, reference[group])):
             held[run] = why
             continue
-        if not same_board or not noise.empty:
-            reference = noise
+        if not noise.empty or group not in reference:
+            reference[group] = noise
         shown = run
     return shown, held
 
 
-def _comparable(store: Store, a: str, b: str) -> bool:
-    """Same settings on the same kind of machine: runs of one board."""
-    return store.settings(a) == store.settings(b) and all(
-        store.environment(a).get(key) == store.environment(b).get(key) for key in COMPARABLE_ENVIRONMENT)
+def _group(store: Store, run: str) -> tuple:
+    """What makes runs one board's: their settings and the kind of machine."""
+    return (json.dumps(store.settings(run), sort_keys=True),
+            *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
 
 
 def shown_runs(store: Store, suites: dict[str, Suite] | None = None) -> set[str]:
@@ -161,11 +163,10 @@ def shown_runs(store: Store, suites: dict[str, Suite] | None = None) -> set[str]
     latest = {}
     for run in store.runs().run_id:  # in the order they started: the last of a group wins
         if run not in held:
-            machine = tuple(store.environment(run).get(key) for key in COMPARABLE_ENVIRONMENT)
-            latest[(json.dumps(store.settings(run), sort_keys=True), machine)] = run
+            latest[_group(store, run)] = run
     shown = set()
     for run in {*latest.values(), *held}:
-        board = Board.of(store, run, suites)
+        board = Board.of(store, run, suites, exclude=frozenset(held) - {run})
         shown |= {run} | set(board.results.run_id) | {r for rows in board.carried.values() for r in rows.run_id}
     return shown
 
@@ -438,7 +439,8 @@ def render_by_device(store: Store, out_dir: Path, suites: dict[str, Suite] | Non
 def summary(store: Store, run_id: str, suites: dict[str, Suite], out_dir: Path) -> tuple[list[dict], list[str]]:
     """What a run ends with on the terminal, from its board in ``out_dir``: per variant its kind, the gate and
     its ranking figure; and a line per variant with rows of an older source left off, with its refresh command."""
-    board = Board.of(store, run_id, suites, folder=typed_folder(out_dir))
+    board = Board.of(store, run_id, suites, folder=typed_folder(out_dir),
+                     exclude=frozenset(board_run(store, suites)[1]) - {run_id})
     rows = []
     for variant in board.variants:
         figure = board.rank_figure(variant)

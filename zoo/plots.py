@@ -60,21 +60,24 @@ def unranked(board) -> frozenset[str]:
 
 def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: str | None = None,
             reference_label: str = "", xlabel: str = "sequence length n", panels: list[Panel] | None = None,
-            greyed: frozenset[str] = frozenset()) -> tuple[str, bytes] | None:
+            greyed: frozenset[str] = frozenset(), palette: tuple[str, ...] = ()) -> tuple[str, bytes] | None:
     """Each variant's own ``check`` values over n, one line per variant (``rows`` already chosen: one suite, mode
     and phase) in the style its name always gets, its interval (``low``-``high``) shaded where the rows have one,
     and the median over n of the rows about the reference callable as a dashed black line; ``panels`` side by
     side (each kind against its own comparator), else one of every variant against ``reference``; ``greyed``
-    variants (not ranked) drawn grey. None without values."""
+    variants (not ranked) drawn grey; ``palette``: every variant of the board, so each keeps its colour on every
+    plot of it. None without values."""
     rows = rows.dropna(subset=["value", "n"])
     ours = rows[(rows.check == check) & (rows.versus == "")]
     if ours.empty:
         return None
     panels = [p for p in panels or [Panel("", None, reference, reference_label)]
               if p.variants is None or p.variants & set(ours.variant)]
+    if not panels:
+        return None
     plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(9 * len(panels), 5.5), squeeze=False)
-    styles = variant_styles(sorted(set(ours.variant)))
+    styles = variant_styles(sorted(set(ours.variant) | set(palette)))
     for ax, panel in zip(axes[0], panels):
         ends = []
         for variant, series in ours.groupby("variant"):

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from .checks import ERROR, WORKER_CHECK, Result, describe_exception
 from .contract import OptionError
@@ -368,10 +368,10 @@ def combine_processes(registry: Registry, profile: Profile, records: list[dict])
     return out + [record["failure"] for record in records if record.get("failure")]
 
 
-def provenance(registry: Registry, variant_name: str) -> dict:
-    """Where the variant came from (plugin, distribution, file, source hash) and its card; the runner
-    adds where the job ran (``ran_on``)."""
-    variant = registry.variant(variant_name)
+def provenance(registry: Registry, variant_name: str, options: Mapping[str, Any] | None = None) -> dict:
+    """Where the variant came from (plugin, distribution, file, source hash) and its card, with the run's own
+    option defaults (``options``: its ``--option``s); the runner adds where the job ran (``ran_on``)."""
+    variant = registry.variant(variant_name).with_defaults(options or {})
     data = asdict(variant.origin) if variant.origin else {}
     data["source_sha256"] = source_hash(variant.origin.location if variant.origin else None)
     data["card"] = variant.card()
@@ -399,7 +399,7 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
 
     def store_job(job: tuple[str, str]) -> None:
         records = sorted(held[job], key=lambda item: item[0].get("process", 0))
-        origin = provenance(registry, job[0])
+        origin = provenance(registry, job[0], profile.variant_options)
         if records[0][0].get("ran_on"):
             origin["ran_on"] = records[0][0]["ran_on"]
         rows = combine_processes(registry, profile, [record for record, _ in records])

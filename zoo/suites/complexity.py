@@ -229,7 +229,7 @@ def details(board, variant) -> list:
 
 def exponent_reading(measured, claimed) -> str:
     """What a fitted exponent says against the claim, in words (the verdict's tolerance: EXPONENT_TOLERANCE)."""
-    if measured is None or claimed is None:
+    if measured is None or claimed is None or pd.isna(measured):
         return ""
     if measured > claimed + EXPONENT_TOLERANCE:
         return f"grows faster than claimed: the claim fails (tolerance {EXPONENT_TOLERANCE:g})"
@@ -270,7 +270,7 @@ def section(board) -> zoo.Section:
     mine = board.rows(SUITE)
     panels = plots_.kind_panels(board, {kind: (c, COMPARATOR_LABELS[c]) for kind, c in COMPARATORS.items()})
     plots = [plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == phase)], check, f"{check}.png", label,
-                            panels=panels, greyed=plots_.unranked(board))
+                            panels=panels, greyed=plots_.unranked(board), palette=tuple(board.variants))
              for check, phase, label in (("flops", "fwd", "FLOPs (forward, complexity shapes)"),
                                          ("memory", "fwd+bwd", "peak live tensor bytes (forward+backward)"))]
     lengths = sorted(int(n) for n in results[(results.suite == SUITE) & (results.check == "memory-ratio")].n.dropna().unique())

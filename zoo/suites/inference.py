@@ -600,7 +600,7 @@ def section(board) -> zoo.Section:
         plot = plots_.log_log(chosen, "decode-time", f"decode-time-batch{batch}.png",
                               f"seconds per generated token (batch {batch})", xlabel="context length (tokens)",
                               panels=plots_.kind_panels(board, {k: (c, STANDARD_LABELS[c]) for k, c in STANDARD.items()}),
-                              greyed=plots_.unranked(board))
+                              greyed=plots_.unranked(board), palette=tuple(board.variants))
         if plot:
             plots[plot[0]] = plot[1]
     return zoo.Section("Inference", text, tables, plots)

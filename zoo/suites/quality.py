@@ -264,7 +264,8 @@ def section(board) -> zoo.Section:
 
 
 def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None,
-                 panels: list[tuple[str, str, frozenset]] | None = None, greyed: frozenset = frozenset()):
+                 panels: list[tuple[str, str, frozenset]] | None = None, greyed: frozenset = frozenset(),
+                 palette: tuple[str, ...] = ()):
     """One point per variant, x (a cost, log scale, lower is better) against y (higher is better), the Pareto front
     joined: the variants no other beats on both at once; ``panels`` (title, x label, variants) side by side, each
     with its own front, else one; ``greyed`` variants (not ranked) in grey. None when no variant has both."""
@@ -275,7 +276,7 @@ def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str
         return None
     plt = plots_.pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.5), squeeze=False)
-    styles = plots_.variant_styles(list(points.index))
+    styles = plots_.variant_styles(sorted(set(points.index) | set(palette)))
     for ax, (title, label, members) in zip(axes[0], panels):
         mine = points[points.index.isin(members)]
         front = mine[mine.y > mine.y.cummax().shift(fill_value=-1.0)]
@@ -321,7 +322,7 @@ def _accuracy_plot(board, quality, figures):
             columns = sorted({ranked[v].column for v in members})
             panels.append((title, "; ".join(columns) + " (lower is faster)", members))
     return _pareto_plot(x, accuracy, "", "mean accuracy over the quality tasks", "accuracy-vs-speed.png",
-                        panels=panels, greyed=plots_.unranked(board))
+                        panels=panels, greyed=plots_.unranked(board), palette=tuple(board.variants))
 
 
 def _recall_state_plot(quality):

@@ -656,7 +656,7 @@ def section(board) -> zoo.Section:
     plot = plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == "fwd+bwd")], "time", "time.png",
                           "seconds per call (forward+backward, speed shapes)",
                           panels=plots_.kind_panels(board, {k: (c, COMPARATOR_LABELS[c]) for k, c in COMPARATORS.items()}),
-                          greyed=plots_.unranked(board))
+                          greyed=plots_.unranked(board), palette=tuple(board.variants))
     return zoo.Section("Speed", [text], tables, dict([plot]) if plot else {})
 
 
