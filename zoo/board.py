@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import html
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,18 +157,22 @@ def runs_text(runs, run_id: str) -> str:
     return " and ".join(part for part in ("this run" if run_id in runs else "", earlier) if part)
 
 
+def board_group(store: Store, run: str) -> tuple:
+    """What makes runs one board's: their settings and the kind of machine."""
+    return (json.dumps(store.settings(run), sort_keys=True),
+            *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
+
+
 def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows and jobs the board for ``run_id`` accumulates (see the module), never from the runs in
     ``exclude`` (held back as too noisy); each row carries its ``run_id``, each result row its job's
     ``source_sha256``."""
-    settings, environment = store.settings(run_id), store.environment(run_id)
-    machine = [environment.get(key) for key in COMPARABLE_ENVIRONMENT]
+    group = board_group(store, run_id)
     runs = store.runs()
     started = dict(zip(runs.run_id, runs.started))
     earlier = [r for r in reversed(list(runs.run_id))
                if r != run_id and r not in exclude and started[r] <= started[run_id]]
-    sources = [run_id] + [r for r in earlier if store.settings(r) == settings
-                          and [store.environment(r).get(key) for key in COMPARABLE_ENVIRONMENT] == machine]
+    sources = [run_id] + [r for r in earlier if board_group(store, r) == group]
     job_parts, result_parts, covered = [], [], set()
     for source in sources:
         jobs = store.jobs(source)

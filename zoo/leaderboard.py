@@ -17,10 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import webpage
-from .board import KIND_TITLES, Board, cell, markdown_table, origin_text
+from .board import KIND_TITLES, Board, board_group, cell, markdown_table, origin_text
 from .checks import MEASURED
 from .contract import Target
-from .environment import COMPARABLE_ENVIRONMENT
 from .export import EXPORT
 from .folder import BoardFolder
 from .ranking import advice, gate_sentence, ranked_tables, stale_lines, standing_text, unranked_lines, why_unranked
@@ -71,8 +70,9 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
     sections = [section for section in sections if section is not None]
     plots = {name: png for section in sections for name, png in section.plots.items()}
     figures = [(png, name.removesuffix(".png")) for name, png in plots.items()] + _sub_board_plots(Path(out_dir))
-    readme = _readme(board, tables, unranked, sections, list(plots))
-    page = webpage.page(_page_data(board, tables, unranked, sections), figures)
+    answers = advice(board, tables)
+    readme = _readme(board, tables, answers, unranked, sections, list(plots))
+    page = webpage.page(_page_data(board, tables, answers, unranked, sections), figures)
     text = {"README.md": readme, "index.html": page, "results.csv": csv}  # a plugin's lone surrogate becomes "?"
     return {**{name: content.encode("utf-8", "replace") for name, content in text.items()}, **plots}
 
@@ -138,7 +138,7 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
     shown, reference, held = None, {}, {}
     for run in store.runs().run_id:
         noise = run_noise(store, run, suites)
-        group = _group(store, run)
+        group = board_group(store, run)
         if group in reference and (why := held_back_reason(noise, reference[group])):
             held[run] = why
             continue
@@ -146,12 +146,6 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
             reference[group] = noise
         shown = run
     return shown, held
-
-
-def _group(store: Store, run: str) -> tuple:
-    """What makes runs one board's: their settings and the kind of machine."""
-    return (json.dumps(store.settings(run), sort_keys=True),
-            *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
 
 
 def shown_runs(store: Store, suites: dict[str, Suite] | None = None) -> set[str]:
@@ -163,7 +157,7 @@ def shown_runs(store: Store, suites: dict[str, Suite] | None = None) -> set[str]
     latest = {}
     for run in store.runs().run_id:  # in the order they started: the last of a group wins
         if run not in held:
-            latest[_group(store, run)] = run
+            latest[board_group(store, run)] = run
     shown = set()
     for run in {*latest.values(), *held}:
         board = Board.of(store, run, suites, exclude=frozenset(held) - {run})
@@ -174,7 +168,7 @@ def shown_runs(store: Store, suites: dict[str, Suite] | None = None) -> set[str]
 # --- README.md -------------------------------------------------------------------------------------------
 
 
-def _readme(board: Board, tables, unranked, sections: list[Section], plots: list[str]) -> str:
+def _readme(board: Board, tables, answers, unranked, sections: list[Section], plots: list[str]) -> str:
     lines = [
         "# Attention zoo leaderboard",
         "",
@@ -183,7 +177,7 @@ def _readme(board: Board, tables, unranked, sections: list[Section], plots: list
         "",
         markdown_table(pd.DataFrame([{"": k, "value": v} for k, v in {"run": board.run_id, **board.environment}.items()])),
         "",
-        *_advice_lines(board, tables),
+        *_advice_lines(answers),
         "## Leaderboard",
         "",
         *[line for paragraph in _intro(board) for line in (paragraph, "")],
@@ -209,8 +203,7 @@ ADVICE_INTRO = ("Computed from this board's ranked variants (none typed by hand)
                 "tables below.")
 
 
-def _advice_lines(board: Board, tables) -> list[str]:
-    answers = advice(board, tables)
+def _advice_lines(answers) -> list[str]:
     return ["## Which should I use?", "", ADVICE_INTRO, "", *[f"- {cell(a.sentence())}" for a in answers], ""] \
         if answers else []
 
@@ -344,13 +337,13 @@ def _target_rows(board: Board) -> list[dict]:
 # --- index.html --------------------------------------------------------------------------------------------
 
 
-def _page_data(board: Board, tables, unranked, sections: list[Section]) -> dict:
+def _page_data(board: Board, tables, answers, unranked, sections: list[Section]) -> dict:
     """What index.html shows: the ranked tables, why the others are not ranked, the suites' sections and each
     variant's page."""
     targets = _target_rows(board)
     return {
         "run": board.run_id, "environment": {k: str(v) for k, v in board.environment.items()},
-        "intro": _intro(board)[0], "advice": [a.sentence() for a in advice(board, tables)],
+        "intro": _intro(board)[0], "advice": [a.sentence() for a in answers],
         "groups": [{"kind": kind, "title": KIND_TITLES[kind], "columns": list(rows[0]) if rows else [], "rows": rows}
                    for kind, rows in tables.items()],
         "notes": board.notes.reasons, "capabilities": list(TAG_LABELS.values()),

@@ -4,8 +4,9 @@ summary a run ends with.
 
 A variant is ranked only when every ``required`` suite ran on its current source and passed, and none of its
 rows has a status its suite says blocks (an ``error`` in any suite does, except a job its worker did not finish
-outside the required suites: a timeout there leaves that suite's figures missing, not the variant unranked). Rows of an older source are not
-on the board (:mod:`zoo.board`): they neither rank a variant nor block it, and its standing names them. Within its kind (cores, layers: like is compared with like), ranked
+outside the required suites: a timeout there leaves that suite's figures missing, not the variant unranked).
+Rows of an older source are not on the board (:mod:`zoo.board`): they neither rank a variant nor block it, and
+its standing names them. Within its kind (cores, layers: like is compared with like), ranked
 variants are ordered by the ranking figure, lower first; one without a figure comes last, with the reason. Places
 whose figures' intervals overlap are tied: they share a rank.
 """
@@ -133,6 +134,16 @@ def axes_of(board: Board, variant: str) -> list[Axis]:
     return [axis for suite in suites if suite.axes for axis in suite.axes(board, variant)]
 
 
+def figures_of(board: Board, variants: list[str]) -> dict[str, dict[str, Axis]]:
+    """Each variant's figures by name (:func:`axes_of`)."""
+    return {v: {axis.name: axis for axis in axes_of(board, v)} for v in variants}
+
+
+def _measured(name: str, variants: list[str], figures) -> list[str]:
+    """The variants that have a value for figure ``name``."""
+    return [v for v in variants if figures[v].get(name) and figures[v][name].value is not None]
+
+
 def dominates(mine: dict[str, Axis], theirs: dict[str, Axis]) -> bool:
     """``mine`` is at least as good on every figure ``theirs`` has measured (within each one's tie) and better on
     one: a figure only the other has measured is never assumed."""
@@ -150,7 +161,7 @@ def dominates(mine: dict[str, Axis], theirs: dict[str, Axis]) -> bool:
 def pareto_front(board: Board, variants: list[str]) -> dict[str, str]:
     """Per variant of one kind: 'yes' when no other of them dominates it on every figure (:func:`dominates`),
     else which one does."""
-    figures = {v: {axis.name: axis for axis in axes_of(board, v)} for v in variants}
+    figures = figures_of(board, variants)
     out = {}
     for variant in variants:
         beaten_by = [other for other in variants if other != variant and dominates(figures[other], figures[variant])]
@@ -196,11 +207,11 @@ def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
     for kind, rows in tables.items():
         variants = [row["variant"] for row in rows]
         exact = {row["variant"] for row in rows if row["class"] == "exact"}
-        figures = {v: {axis.name: axis for axis in axes_of(board, v)} for v in variants}
+        figures = figures_of(board, variants)
         uses = {axis.name: axis.use for v in variants for axis in figures[v].values() if axis.use}
         costs = sorted({axis.name for v in variants for axis in figures[v].values() if not axis.use})
         for name, use in uses.items():
-            measured = [v for v in variants if figures[v].get(name) and figures[v][name].value is not None]
+            measured = _measured(name, variants, figures)
             picks = dict.fromkeys(p for p in (_best(name, [v for v in measured if v in exact], figures),
                                               _best(name, measured, figures)) if p)
             if picks:
@@ -226,7 +237,7 @@ def _costs(pick: str, costs: list[str], variants: list[str], figures) -> list[st
         if mine is None or mine.value is None:
             trails.append(f"{name}: not measured")
             continue
-        best = _best(name, [v for v in variants if figures[v].get(name) and figures[v][name].value is not None], figures)
+        best = _best(name, _measured(name, variants, figures), figures)
         if figures[best][name].beats(mine):
             trails.append(f"{name}: {mine.text} (the best: {best}, {figures[best][name].text})")
     return trails

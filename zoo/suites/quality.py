@@ -179,11 +179,18 @@ def details(board, variant) -> list:
     scores = quality[(quality.variant == variant) & (quality.check == "accuracy")]
     rows = []
     for r in scores.itertuples():
-        spread, chance = _value_at(quality, variant, "accuracy-std", r.setting), _value_at(quality, None, "chance", r.setting)
-        rows.append({"task": r.setting, "accuracy": f"skipped: {r.detail}" if pd.isna(r.value) else
-                     f"{r.value:.3f}" + ("" if spread is None else f" ± {spread:.3f}"),
+        chance = _value_at(quality, None, "chance", r.setting)
+        rows.append({"task": r.setting, "accuracy": _score_text(quality, r),
                      "chance": "" if chance is None else f"{chance:.3f}"})
     return [zoo.Table(f"Quality ({board.source_text(SUITE)})", ["task", "accuracy", "chance"], rows)] if rows else []
+
+
+def _score_text(quality, row) -> str:
+    """An accuracy row as the board shows it: mean ± std over seeds, or why it was skipped."""
+    if row.status == SKIPPED or pd.isna(row.value):
+        return f"skipped: {row.detail}"
+    spread = _value_at(quality, row.variant, "accuracy-std", row.setting)
+    return f"{row.value:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
 
 
 def options_text(card: dict) -> str:
@@ -221,13 +228,7 @@ def section(board) -> zoo.Section:
         row = {"variant": variant, "trained with": options_text(board.card(variant))}
         for task in tasks:
             hit = mine[mine.setting == task]
-            if hit.empty:
-                row[task] = ""
-            elif hit.status.iloc[0] == SKIPPED or pd.isna(hit.value.iloc[0]):
-                row[task] = f"skipped: {hit.detail.iloc[0]}"
-            else:
-                spread = _value_at(quality, variant, "accuracy-std", task)
-                row[task] = f"{hit.value.iloc[0]:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
+            row[task] = _score_text(quality, next(hit.itertuples())) if not hit.empty else ""
         rows.append(row)
     chance = {task: _value_at(quality, None, "chance", task) for task in tasks}
     rows.append({"variant": "(chance)", "trained with": "", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})
