@@ -357,3 +357,24 @@ def test_a_run_far_noisier_than_the_board_is_written_beside_it_and_kept(tmp_path
     assert _shown_run(_leaderboard(tmp_path)) == third  # a later run's board never takes the held-back rows
     csv = pd.read_csv(tmp_path / "results.csv")
     assert set(csv[csv.suite == "speed"].run_id) == {first} and set(csv[csv.suite == "correctness"].run_id) == {third}
+
+
+def test_a_causal_only_variant_is_measured_and_ranked_causal_beside_non_causal_ones(tmp_path):
+    """forgetting computes only its causal form: every suite measures it causal (even where the profile asks for
+    full mode only), and it is ranked by its causal ratio, marked so, in the same table as multi-head's full one."""
+    done = run_zoo("run", "forgetting", "multi-head", "--suite", "correctness", "--suite", "complexity", "--suite",
+                   "speed", "--profile", "smoke", "--set", 'speed.modes=["full"]', "--out", tmp_path)
+    assert done.returncode == 0, done.stderr
+    store = Store(tmp_path / "results.sqlite")
+    results = store.results(store.latest_run())
+    mine = results[(results.variant == "forgetting") & results["mode"].isin(["full", "causal"])]
+    assert set(mine["mode"]) == {"causal"} and {"complexity", "speed"} <= set(mine.suite)
+    cases = results[(results.variant == "forgetting") & (results.suite == "correctness")
+                    & results.setting.str.contains("q_len=", na=False)]
+    assert len(cases) > 20 and cases.setting.str.contains(" causal").all()  # every case called causal
+    theirs = results[(results.variant == "multi-head") & (results.suite == "speed") & (results.check == "time")]
+    assert set(theirs["mode"]) == {"full"}
+    assert gate(results)["forgetting"].ranked
+    ranked = [line for line in _ranked_tables(_leaderboard(tmp_path)).splitlines() if line.startswith("| ")]
+    assert any("forgetting" in line and "(causal" in line for line in ranked)
+    assert any("multi-head" in line and "(causal" not in line for line in ranked)

@@ -25,6 +25,9 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"complexity": (2, 1)}, "complexity must be a zoo.Complexity"),
     ({"options": {"d_model": 3}}, "may not redefine"),
     ({"targets": ("fast",)}, "targets must be zoo.Target"),
+    ({"tags": zoo.Tags(causal_only=True, supports_causal=False, key_order_invariant=False)},
+     "causal_only needs tags.supports_causal=True"),
+    ({"tags": zoo.Tags(causal_only=True)}, "causal_only needs tags.key_order_invariant=False"),
     ({"options": {"window": 4}, "check_options": {"chunk": 2}}, "check_options ['chunk'] are not among its options"),
     ({"options": {"window": 4}, "quality_options": {"chunk": 2}}, "quality_options ['chunk'] are not among its options"),
     ({"options": {"max_len": 64}, "quality_options": {"max_len": 16}}, "quality_options ['max_len'] are arguments of "
@@ -192,3 +195,19 @@ def test_every_builtin_whose_structure_the_quality_tasks_would_not_reach_trains_
     for name, key in (("windowed", "window"), ("block-sparse", "block"), ("linformer", "proj_len")):
         variant = registry.variant(name)
         assert variant.quality_options[key] < min(longest, variant.options[key]), name
+
+
+def test_a_causal_only_variant_is_refused_a_non_causal_call_and_names_its_one_mode():
+    class First(nn.Module):
+        def forward(self, query, key, value, attn_mask=None, is_causal=False):
+            return query
+
+    variant = minimal_variant(tags=zoo.Tags(causal_only=True, key_order_invariant=False),
+                              factory=lambda d_model, num_heads=1: First())
+    assert variant.tags.modes == ("causal",) and variant.tags.primary_mode == "causal"
+    assert zoo.Tags().modes == ("full", "causal") and zoo.Tags(supports_causal=False).modes == ("full",)
+    module = build(variant, d_model=8, num_heads=2)
+    x = torch.randn(1, 5, 8)
+    assert module(x, x, x, is_causal=True).shape == (1, 5, 8)
+    with pytest.raises(VariantInputError, match="is_causal=False is not supported .*causal_only"):
+        module(x, x, x)

@@ -110,6 +110,8 @@ def _check_inputs(variant: _Identity, d_model: int, num_heads: int, options: dic
         fail(f"q_len {query.shape[1]} != k_len {key.shape[1]} (capability allows_different_lengths is False)")
     if is_causal and not tags.supports_causal:
         fail("is_causal=True is not supported (capability supports_causal is False)")
+    if not is_causal and tags.causal_only:
+        fail("is_causal=False is not supported (capability causal_only: the variant computes only its causal form)")
     if attn_mask is not None:
         if not tags.accepts_attn_mask:
             fail("attn_mask is not supported (capability accepts_attn_mask is False)")

@@ -103,8 +103,9 @@ class VisionTransformer(nn.Module):
     """Patch embedding, a class token, positional encoding, blocks, and a classifier on the class token."""
 
     def __init__(self, variant: Variant, image_size: int, patch_size: int, channels: int, classes: int,
-                 d_model: int = 64, num_heads: int = 4, layers: int = 2, **options):
+                 d_model: int = 64, num_heads: int = 4, layers: int = 2, causal: bool = False, **options):
         super().__init__()
+        self.causal = causal  # causal: the class token comes last, so it sees every patch
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} is not a multiple of patch_size {patch_size}")
         self.patches = nn.Conv2d(channels, d_model, kernel_size=patch_size, stride=patch_size)
@@ -116,7 +117,8 @@ class VisionTransformer(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.patches(images).flatten(2).transpose(1, 2)  # (batch, patches, d_model)
-        x = self.position(torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1))
+        token = self.class_token.expand(x.shape[0], -1, -1)
+        x = self.position(torch.cat([x, token] if self.causal else [token, x], dim=1))
         for block in self.blocks:
-            x = block(x)
-        return self.head(self.norm(x[:, 0]))
+            x = block(x, is_causal=self.causal)
+        return self.head(self.norm(x[:, -1 if self.causal else 0]))

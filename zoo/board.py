@@ -291,6 +291,17 @@ class Board:
         """'core' or 'layer': what the variant is compared like with."""
         return kind_of(self.card(variant))
 
+    def primary_mode(self, variant: str) -> str:
+        """'causal' for a variant that computes only its causal form (``Tags.causal_only``), else 'full': the mode
+        its figures are read in wherever the board compares variants."""
+        return "causal" if self.card(variant).get("tags", {}).get("causal_only") else "full"
+
+    def in_primary_mode(self, rows):
+        """The rows each in its variant's primary mode (rows about a comparator follow the variant they were
+        measured beside)."""
+        modes = rows.variant.map(self.primary_mode) if len(rows) else rows.variant
+        return rows[rows["mode"] == modes]
+
     def suite(self, name: str) -> Suite:
         """The suite named, registered or implicit."""
         return self.suites.get(name) or implicit_suite(name)

@@ -72,6 +72,11 @@ class Tags:
     """Takes a boolean ``attn_mask`` (True = may attend), broadcastable to (batch, heads, q_len, k_len)."""
     supports_causal: bool = True
     """Takes ``is_causal=True`` (query i sees keys j <= i, top-left aligned like torch SDPA)."""
+    causal_only: bool = False
+    """Computes only its causal form (a forgetting gate, a recurrence read left to right, a streaming window with
+    sinks): it is always called with ``is_causal=True``, so every suite measures it causal and it is ranked in
+    causal mode beside the others' non-causal figures, each against the op its kind is compared with in the same
+    mode. Needs ``supports_causal`` and ``key_order_invariant=False``."""
     allows_different_lengths: bool = True
     """q_len may differ from k_len (cross-attention over a context)."""
     allows_kv_dims: bool = False
@@ -95,6 +100,18 @@ class Tags:
     def describe(self) -> dict[str, bool]:
         """Every capability and whether the variant has it."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "exact"}
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The attention modes the variant computes: 'full' (non-causal) and 'causal', as its tags allow."""
+        if self.causal_only:
+            return ("causal",)
+        return ("full", "causal") if self.supports_causal else ("full",)
+
+    @property
+    def primary_mode(self) -> str:
+        """The mode the variant is measured against the others in: 'full' unless it computes only 'causal'."""
+        return self.modes[0]
 
 
 @dataclass(frozen=True)
@@ -336,6 +353,11 @@ class Variant:
                 raise RegistrationError(f"variant {self.name!r}: {attr} must be callable")
         if not isinstance(self.tags, Tags):
             raise RegistrationError(f"variant {self.name!r}: tags must be a zoo.Tags")
+        if self.tags.causal_only and not self.tags.supports_causal:
+            raise RegistrationError(f"variant {self.name!r}: tags.causal_only needs tags.supports_causal=True")
+        if self.tags.causal_only and self.tags.key_order_invariant:
+            raise RegistrationError(f"variant {self.name!r}: tags.causal_only needs tags.key_order_invariant=False "
+                                    "(a causal form depends on the order of the keys)")
         if self.approximates is not None and (not isinstance(self.approximates, str)
                                               or not NAME_PATTERN.match(self.approximates)):
             raise RegistrationError(f"variant {self.name!r}: approximates must be None, {SOFTMAX!r} or a variant "

@@ -27,7 +27,8 @@ from .store import RESULT_COLUMNS, Store, device_kind
 from .suite import Section, Suite, generic_section, upgrade_name
 
 TAG_LABELS = {
-    "accepts_attn_mask": "mask", "supports_causal": "causal", "allows_different_lengths": "q_len != k_len",
+    "accepts_attn_mask": "mask", "supports_causal": "causal", "causal_only": "causal only",
+    "allows_different_lengths": "q_len != k_len",
     "allows_kv_dims": "kdim/vdim", "key_order_invariant": "key-order invariant",
     "has_parameters": "parameters",
 }

@@ -66,11 +66,13 @@ def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: s
     and the median over n of the rows about the reference callable as a dashed black line; ``panels`` side by
     side (each kind against its own comparator), else one of every variant against ``reference``; ``greyed``
     variants (not ranked) drawn grey; ``palette``: every variant of the board, so each keeps its colour on every
-    plot of it. None without values."""
+    plot of it. Where the rows mix modes (each variant's primary mode), a causal line says so and the reference is
+    the comparator's non-causal call. None without values."""
     rows = rows.dropna(subset=["value", "n"])
     ours = rows[(rows.check == check) & (rows.versus == "")]
     if ours.empty:
         return None
+    mixed = "mode" in ours and ours["mode"].nunique() > 1  # causal-only variants beside the others: labelled
     panels = [p for p in panels or [Panel("", None, reference, reference_label)]
               if p.variants is None or p.variants & set(ours.variant)]
     if not panels:
@@ -85,14 +87,17 @@ def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: s
                 continue
             series = series.sort_values("n")
             color, marker, dashes = styles[variant] if variant not in greyed else ("0.7", "x", ":")
-            label = variant + (" (not ranked)" if variant in greyed else "")
+            label = variant + (" (causal)" if mixed and (series["mode"] == "causal").all() else "") + (
+                " (not ranked)" if variant in greyed else "")
             ax.plot(series.n.astype(float), series.value.astype(float), color=color, marker=marker, linestyle=dashes, label=label)
             if {"low", "high"} <= set(series) and series[["low", "high"]].notna().all().all():
                 ax.fill_between(series.n.astype(float), series.low.astype(float), series.high.astype(float), color=color,
                                 alpha=0.15, lw=0)
             ends.append((float(series.n.iloc[-1]), float(series.value.iloc[-1]), label, color))
-        ref = (rows[(rows.check == check) & (rows.versus == panel.reference)].groupby("n").value.median()
-               if panel.reference else pd.Series(dtype=float))
+        about = rows[(rows.check == check) & (rows.versus == panel.reference)]
+        if mixed:  # the comparator's non-causal call, the mode most variants are read in
+            about = about[about["mode"] == "full"]
+        ref = about.groupby("n").value.median() if panel.reference else pd.Series(dtype=float)
         if not ref.empty:
             ax.plot(ref.index.astype(float), ref.values, color="black", linestyle="--", linewidth=2,
                     label=panel.reference_label)

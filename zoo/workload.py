@@ -39,8 +39,10 @@ class Workload:
 
 
 def modes_for(variant: Variant, modes: tuple[str, ...]) -> list[str]:
-    """The profile's attention modes the variant can run: 'causal' only where it supports it."""
-    return [m for m in modes if m == "full" or variant.tags.supports_causal]
+    """The profile's attention modes the variant computes; a causal-only variant runs causal whatever the profile
+    asks for, so it is measured in the mode it is used in."""
+    supported = [m for m in modes if m in variant.tags.modes]
+    return supported or (["causal"] if variant.tags.causal_only else [])
 
 
 def _workload(call: Callable[[], torch.Tensor], grad_out: torch.Tensor, leaves: list[torch.Tensor]) -> Workload:

@@ -381,3 +381,46 @@ def test_rotary_tables_computed_once_serve_shorter_and_longer_sequences(registry
         x = torch.randn(2, n, 16)
         assert relative_error(module(x, x, x, is_causal=True), reference(module, x, x, x, is_causal=True)) < 1e-5
     assert [cos.shape[0] for cos, _ in module._tables.values()] == [12]
+
+
+def test_forgetting_reference_is_the_papers_product_of_gates(registry):
+    """FoX's attention weight of key j for query i is exp(q_i k_j / sqrt(d)) times the product of the forget gates
+    f_{j+1} .. f_i, normalised over j <= i: written here as that product, token by token, against the reference
+    (which sums log gates) and the fast path (cumulative sums as two extra head features)."""
+    module = zoo.create("forgetting", d_model=6, num_heads=2, registry=registry).double()
+    x = torch.randn(1, 7, 6, dtype=torch.float64)
+    h, d = 2, 3
+    q, k, v = (layer(x)[0].view(7, h, d) for layer in (module.q_proj, module.k_proj, module.v_proj))
+    gates = torch.sigmoid(module.forget_proj(x)[0])  # (7, heads)
+    heads = []
+    for head in range(h):
+        rows = []
+        for i in range(7):
+            weights = []
+            for j in range(i + 1):
+                product = torch.ones((), dtype=torch.float64)
+                for gate in gates[j + 1:i + 1, head]:
+                    product = product * gate
+                weights.append(torch.exp(q[i, head] @ k[j, head] / d ** 0.5) * product)
+            weights = torch.stack(weights)
+            rows.append((weights[:, None] * v[:i + 1, head]).sum(0) / weights.sum())
+        heads.append(torch.stack(rows))
+    expected = module.out_proj(torch.cat(heads, dim=-1))[None]
+    with torch.no_grad():
+        reference = registry.variant("forgetting").reference(module, x, x, x, is_causal=True)
+        assert torch.allclose(reference, expected, atol=1e-12, rtol=0)
+        assert torch.allclose(module(x, x, x, is_causal=True), expected, atol=1e-12, rtol=0)
+
+
+def test_forgetting_with_gates_fixed_open_is_causal_multi_head_attention(registry):
+    """f = 1 everywhere (a gate logit of +inf in the limit; here a bias of 60) removes the bias: plain causal
+    softmax attention with the same projections."""
+    module = zoo.create("forgetting", d_model=8, num_heads=2, registry=registry).double()
+    with torch.no_grad():
+        module.forget_proj.weight.zero_()
+        module.forget_proj.bias.fill_(60.0)
+        x = torch.randn(2, 9, 8, dtype=torch.float64)
+        q, k, v = (layer(x).view(2, 9, 2, 4).transpose(1, 2) for layer in (module.q_proj, module.k_proj, module.v_proj))
+        plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        expected = module.out_proj(plain.transpose(1, 2).reshape(2, 9, 8))
+        assert torch.allclose(module(x, x, x, is_causal=True), expected, atol=1e-12, rtol=0)

@@ -27,8 +27,10 @@ def test_approximation_error_is_measured_for_approximations_only(registry):
     assert skipped.status == "skipped" and "approximates=None" in skipped.detail
     everything = list(run_approximation_error(registry.variant("linear"), PROFILE))
     rows = [r for r in everything if r.check == "approximation-error"]
-    modes = len(PROFILE.of("speed").modes)
-    assert len(rows) == modes * len(PROFILE.of("speed").lengths) and {r.n for r in rows} == set(PROFILE.of("speed").lengths)
+    settings = PROFILE.of("speed")
+    assert {(r.mode, r.n) for r in rows} == {("full", n) for n in settings.lengths} | {
+        ("causal", n) for n in settings.causal_lengths}  # causal only at the reference length in this profile
+    assert len(rows) == len(settings.lengths) + len(settings.causal_lengths) and settings.causal_lengths == (256,)
     assert all(0 < r.value < 1 and r.unit == "normalised error" for r in rows), rows  # better than mean(V), not exact
     worst = {(r.mode, r.n): r.value for r in everything if r.check == "approximation-error-worst"}
     assert all(worst[(r.mode, r.n)] >= r.value for r in rows)  # the worst family is at least the structured mean
@@ -180,8 +182,10 @@ def test_an_approximation_error_that_fails_at_one_length_loses_only_that_cell(re
     assert {(r.mode, r.n) for r in failed} == {(mode, max(PROFILE.of("speed").lengths)) for mode in PROFILE.of("speed").modes}
     assert all("out of memory" in r.detail for r in failed)
     measured = {(r.mode, r.n) for r in rows if r.status == "measured"}
-    assert measured == {(mode, n) for mode in PROFILE.of("speed").modes for n in PROFILE.of("speed").lengths
-                        if n != max(PROFILE.of("speed").lengths)}
+    settings = PROFILE.of("speed")
+    assert measured == {(mode, n) for mode in settings.modes
+                        for n in (settings.causal_lengths if mode == "causal" else settings.lengths)
+                        if n != max(settings.lengths)}
 
 
 def test_a_ratio_pairs_the_variant_and_its_comparator_round_by_round():

@@ -150,7 +150,7 @@ def count_forward(variant, profile, q_len: int, k_len: int, **kv_dims) -> int:
     key, value = (torch.randn(1, k_len, kv_dims.get(dim) or d_model, device=profile.device, dtype=dtype)
                   for dim in ("kdim", "vdim"))
     with torch.no_grad():
-        return _count(lambda: module.forward(query, key, value), profile.device)[0]
+        return _count(lambda: module.forward(query, key, value, is_causal=variant.tags.causal_only), profile.device)[0]
 
 
 def cross_shape(variant, profile) -> tuple[int, int, dict]:
@@ -166,7 +166,8 @@ def _formula_rows(variant, profile, table):
     if variant.flops is None:
         yield Result("flops-formula", SKIPPED, detail="variant declares no analytic FLOP formula")
         return
-    shapes = [(n, n, {}, counted) for n, (counted, _) in sorted(table.get((variant.name, "full", "fwd"), {}).items())]
+    mode = variant.tags.primary_mode
+    shapes = [(n, n, {}, counted) for n, (counted, _) in sorted(table.get((variant.name, mode, "fwd"), {}).items())]
     if variant.tags.allows_different_lengths:  # a formula measured on self-attention alone can mix q_len and k_len up
         q_len, k_len, kv = cross_shape(variant, profile)
         shapes.append((q_len, k_len, kv, count_forward(variant, profile, q_len, k_len, **kv)))
@@ -175,16 +176,18 @@ def _formula_rows(variant, profile, table):
 
 
 def formula_row(variant, profile, q_len, k_len, kv, counted) -> Result:
-    """The formula's FLOPs against the counted ones at one shape (passed within 1%)."""
+    """The formula's FLOPs against the counted ones at one shape (passed within 1%), in the variant's primary mode
+    (a causal-only variant's formula counts its causal form)."""
     expected = variant.flops(batch=1, q_len=q_len, k_len=k_len, d_model=profile.of(SUITE).d_model,
                              num_heads=profile.of(SUITE).heads, **{**variant.options, **kv})
     deviation = abs(counted - expected) / expected
     ok = deviation <= FORMULA_TOLERANCE
-    setting = f"full fwd n={q_len}" if q_len == k_len and not kv else \
-        f"full fwd q_len={q_len} k_len={k_len}" + "".join(f" {k}={v}" for k, v in kv.items())
+    mode = variant.tags.primary_mode
+    setting = f"{mode} fwd n={q_len}" if q_len == k_len and not kv else \
+        f"{mode} fwd q_len={q_len} k_len={k_len}" + "".join(f" {k}={v}" for k, v in kv.items())
     return Result("flops-formula", PASSED if ok else FAILED, setting, deviation, "rel. deviation",
                   "" if ok else f"counted {counted:.4g} FLOPs, formula says {expected:.4g}",
-                  n=q_len if q_len == k_len and not kv else None, mode="full", phase="fwd")
+                  n=q_len if q_len == k_len and not kv else None, mode=mode, phase="fwd")
 
 
 # --- on the board ---------------------------------------------------------------------------------------
@@ -202,14 +205,15 @@ def claims_verdict(board, variant) -> str:
 def columns(board, variant) -> dict:
     """Beside the rank: whether the claims hold (a wrong FLOP formula is shown here, not blocking: the outputs
     are not wrong), and the fitted exponents."""
+    mode = board.primary_mode(variant)
     return {"complexity claims": claims_verdict(board, variant),
-            "FLOP exp.": fmt_exp(board.value(variant, "flops-exponent", "full", "fwd")),
-            "memory exp.": fmt_exp(board.value(variant, "memory-exponent", "full", "fwd+bwd"))}
+            "FLOP exp.": fmt_exp(board.value(variant, "flops-exponent", mode, "fwd")),
+            "memory exp.": fmt_exp(board.value(variant, "memory-exponent", mode, "fwd+bwd"))}
 
 
 def axes(board, variant) -> list[zoo.Axis]:
     """The counted FLOPs' growth in n: the reason to choose for long sequences (exponents within 0.05 are tied)."""
-    exponent = board.value(variant, "flops-exponent", "full", "fwd")
+    exponent = board.value(variant, "flops-exponent", board.primary_mode(variant), "fwd")
     return [zoo.Axis("FLOP growth exponent in n", exponent, "lower", fmt_exp(exponent), use="long sequences", tie=0.05)]
 
 
@@ -269,7 +273,7 @@ def section(board) -> zoo.Section:
             f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.")
     mine = board.rows(SUITE)
     panels = plots_.kind_panels(board, {kind: (c, COMPARATOR_LABELS[c]) for kind, c in COMPARATORS.items()})
-    plots = [plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == phase)], check, f"{check}.png", label,
+    plots = [plots_.log_log(board.in_primary_mode(mine[mine.phase == phase]), check, f"{check}.png", label,
                             panels=panels, greyed=plots_.unranked(board), palette=tuple(board.variants))
              for check, phase, label in (("flops", "fwd", "FLOPs (forward, complexity shapes)"),
                                          ("memory", "fwd+bwd", "peak live tensor bytes (forward+backward)"))]

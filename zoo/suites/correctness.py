@@ -34,6 +34,10 @@ def _seeds(profile, salt: int):
 
 
 def _setup(variant, case: Case, seed: int, dtype=torch.float64, scale: float = 1.0, device: str = "cpu"):
+    """The case's module and inputs; a causal-only variant's case is made causal here, so every check calls it in
+    the one mode it computes (the case's row then says 'causal')."""
+    if variant.tags.causal_only:
+        case.causal = True
     torch.manual_seed(seed)
     module = case.build(variant, dtype=dtype, device=device)
     return module, case.inputs(seed, dtype=dtype, scale=scale, device=device)
@@ -193,11 +197,11 @@ def check_batch_independence(variant, profile):
     for seed in _seeds(profile, 6):
         module, (q, k, v, _) = _setup(variant, case, seed)
         with torch.no_grad():
-            out = module(q, k, v)
+            out = module(q, k, v, is_causal=case.causal)
             q2, k2, v2 = (x.clone() for x in (q, k, v))
             for x in (q2, k2, v2):
                 x[1:] = torch.randn_like(x[1:]) * 3
-            changed = module(q2, k2, v2)
+            changed = module(q2, k2, v2, is_causal=case.causal)
         yield _unchanged("batch-independence", case, out[0], changed[0], "changing other batch elements")
 
 
@@ -231,14 +235,14 @@ def check_masked_keys(variant, profile):
         module, (q, k, v, mask) = _setup(variant, case, seed)
         hidden = ~mask[:, 0, 0]  # (batch, k_len): keys nobody may attend to
         inputs = [x.clone().requires_grad_() for x in (q, k, v)]
-        out = module(*inputs, attn_mask=mask)
+        out = module(*inputs, attn_mask=mask, is_causal=case.causal)
         out.sum().backward()
         leaked = max(float(_grad(x)[hidden].abs().max()) if hidden.any() else 0.0 for x in inputs[1:])
         with torch.no_grad():
             k2, v2 = k.clone(), v.clone()
             k2[hidden] = torch.randn_like(k2[hidden]) * 3
             v2[hidden] = torch.randn_like(v2[hidden]) * 3
-            changed = module(q, k2, v2, attn_mask=mask)
+            changed = module(q, k2, v2, attn_mask=mask, is_causal=case.causal)
         yield _no_influence("masked-keys", case, out.detach(), changed, leaked, "masked-out keys/values")
 
 
@@ -249,7 +253,7 @@ def check_empty_rows(variant, profile):
         module, (q, k, v, mask) = _setup(variant, case, seed)
         empty = ~mask.any(dim=-1)[:, 0]  # (batch, q_len)
         inputs = [x.clone().requires_grad_() for x in (q, k, v)]
-        out = module(*inputs, attn_mask=mask)
+        out = module(*inputs, attn_mask=mask, is_causal=case.causal)
         out.sum().backward()
         if not torch.isfinite(out).all() or not all(torch.isfinite(_grad(x)).all() for x in inputs):
             yield Result("empty-rows", FAILED, case.describe(), detail="non-finite output or gradient for fully masked rows",
@@ -262,7 +266,8 @@ def check_empty_rows(variant, profile):
                          "" if ok else f"fully masked rows give {worst:.3g}, not zeros", params=case.params())
             continue
         with torch.no_grad():  # with parameters (e.g. an output bias) the row need not be 0: it must ignore keys
-            changed = module(q, torch.randn_like(k) * 3, torch.randn_like(v) * 3, attn_mask=mask)
+            changed = module(q, torch.randn_like(k) * 3, torch.randn_like(v) * 3, attn_mask=mask,
+                             is_causal=case.causal)
         yield _unchanged("empty-rows", case, out.detach()[empty], changed[empty], "keys/values of fully masked rows")
 
 
@@ -443,8 +448,7 @@ def check_approximation(variant, profile):
     if reason:
         yield Result("approximation", SKIPPED, detail=reason)
         return
-    modes = ["full"] + (["causal"] if variant.tags.supports_causal else [])
-    for mode in modes:
+    for mode in variant.tags.modes:
         torch.manual_seed(profile.seed)
         module = zoo.build(variant, d_model=APPROXIMATION_D_MODEL, num_heads=APPROXIMATION_HEADS)
         errors = approximation.errors_by_input(variant, module, APPROXIMATION_LENGTH, APPROXIMATION_D_MODEL,

@@ -38,8 +38,10 @@ def hyper_parameters(profile, task: Task | None = None) -> dict:
 
 
 def make_model(variant, task: Task, hp: dict) -> torch.nn.Module:
-    """The model a task trains: a sequence model or a small vision transformer around the variant."""
-    size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"], **variant.quality_options)
+    """The model a task trains: a sequence model or a small vision transformer around the variant (causal for a
+    variant that computes only its causal form: every task's answers come after what they need)."""
+    size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"], causal=variant.tags.causal_only,
+                **variant.quality_options)
     if task.kind == "image":
         return VisionTransformer(variant, image_size=16, patch_size=4, channels=1, classes=task.classes, **size)
     return SequenceModel(variant, vocab=task.vocab, classes=task.classes, max_len=task.length, **size)

@@ -104,6 +104,22 @@ def admit_peers(variant, loads, mode, n, dtype):
 _PLANS: dict[tuple, tuple] = {}
 
 
+def lengths_in(profile, mode: str) -> tuple[int, ...]:
+    """The lengths the suite times in ``mode``: causal ones may be fewer (``causal_lengths``: the quick profile
+    times causal at the reference length only)."""
+    settings = profile.of(SUITE)
+    if mode != "causal":
+        return settings.lengths
+    return _causal_lengths(settings.lengths, settings.causal_lengths, settings.reference_length)
+
+
+def _causal_lengths(lengths, causal, reference) -> tuple[int, ...]:
+    """Those of ``causal`` among ``lengths`` (None: all of them; none left: the reference length, or the longest)."""
+    if causal is None:
+        return tuple(lengths)
+    return tuple(n for n in lengths if n in set(causal)) or (reference if reference in lengths else max(lengths),)
+
+
 def speed_plan(variant, profile, mode):
     """Which lengths the speed suite times, for the variant and what it is compared with (zoo.plan); made once
     per variant, profile and mode in a worker (the timing and the approximation error both follow it), and once
@@ -112,7 +128,7 @@ def speed_plan(variant, profile, mode):
     made_for, plan = _PLANS.get(key, (None, None))
     if made_for is not variant:
         plan = shared(f"speed|{variant.name}|{mode}|{profile!r}", lambda: plan_lengths(
-            functools.partial(_loads_at, variant, profile, mode), profile.of(SUITE).lengths, variant,
+            functools.partial(_loads_at, variant, profile, mode), lengths_in(profile, mode), variant,
             {SDPA, comparator(variant)}, profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib))
         _PLANS[key] = (variant, plan)
     return plan
@@ -303,18 +319,18 @@ def run_approximation_error(variant, profile):
 
 def _error_sweeps(variant, profile):
     """The approximation error at each value of each option the plugin sweeps (``Variant.error_sweeps``),
-    at the reference length, non-causal: what the option buys in accuracy."""
-    n = profile.of(SUITE).reference_length
+    at the reference length, in the variant's primary mode: what the option buys in accuracy."""
+    n, mode = profile.of(SUITE).reference_length, variant.tags.primary_mode
     for option, values in variant.error_sweeps.items():
         for value in values:
             torch.manual_seed(profile.seed)
             module = zoo.build(variant, d_model=profile.of(SUITE).d_model, num_heads=profile.of(SUITE).heads, **{option: value})
             errors = approximation.errors_by_input(variant, module, n, profile.of(SUITE).d_model, profile.of(SUITE).heads,
-                                                   False, profile.seed)
+                                                   mode == "causal", profile.seed)
             easy = statistics.mean(error for family, error in errors.items() if family.easy)
             worst = max(errors, key=errors.get)
-            setting = f"full fwd n={n} {option}={value!r}"
-            tag = dict(n=n, mode="full", phase="fwd")
+            setting = f"{mode} fwd n={n} {option}={value!r}"
+            tag = dict(n=n, mode=mode, phase="fwd")
             yield Result("approximation-error-sweep", MEASURED, setting, easy, "normalised error",
                          f"{option}={value!r}: mean over the structured input families; all: "
                          f"{approximation.describe(errors)}", params={option: value}, **tag)
@@ -325,7 +341,7 @@ def _error_sweeps(variant, profile):
 
 # --- on the board ---------------------------------------------------------------------------------------
 
-RANK_MODE, RANK_PHASE = "full", "fwd+bwd"  # what variants are ranked by, at the run's reference length
+RANK_PHASE = "fwd+bwd"  # what variants are ranked by, at the run's reference length, in their primary mode
 
 
 def _versus(board, variant) -> str:
@@ -375,23 +391,26 @@ def _missing(board, variant: str, mode: str, phase: str, n) -> str:
     return f"no {phase} ratio recorded at n={n}"
 
 
-def _interval(board, variant, phase, n) -> tuple[float | None, float | None]:
-    """The ends of the interval of the variant's ratio to its comparator at (phase, n); None where not stated."""
-    return tuple(board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=_versus(board, variant), field=f)
+def _interval(board, variant, phase, n, mode) -> tuple[float | None, float | None]:
+    """The ends of the interval of the variant's ratio to its comparator at (mode, phase, n); None where not
+    stated."""
+    return tuple(board.value(variant, "time-ratio", mode, phase, n, versus=_versus(board, variant), field=f)
                  for f in ("low", "high"))
 
 
-def _ratio_cell(board, variant, phase, n, notes=None) -> tuple[float | None, str]:
-    """The ratio to the comparator and its cell: marked noisy, or why it is missing (a footnote in ``notes``)."""
-    versus = _versus(board, variant)
-    ratio = board.value(variant, "time-ratio", RANK_MODE, phase, n, versus=versus)
+def _ratio_cell(board, variant, phase, n, notes=None, mode=None) -> tuple[float | None, str]:
+    """The ratio to the comparator in ``mode`` (default the variant's primary mode: a causal-only variant's against
+    the comparator's causal call, and its cell says 'causal') and its cell: marked noisy, or why it is missing (a
+    footnote in ``notes``)."""
+    versus, mode = _versus(board, variant), mode or board.primary_mode(variant)
+    ratio = board.value(variant, "time-ratio", mode, phase, n, versus=versus)
     if ratio is None:
-        why = _missing(board, variant, RANK_MODE, phase, n)
+        why = _missing(board, variant, mode, phase, n)
         return None, "not timed " + (notes.mark(why) if notes is not None else f"({why})")
-    low, high = _interval(board, variant, phase, n)
+    low, high = _interval(board, variant, phase, n, mode)
     interval = f" [{low:.3g}-{high:.3g}]" if low is not None and high is not None else ""
-    marks = [word for word, marked in (("noisy", _is_noisy(board, variant, RANK_MODE, phase, n)),
-                                       ("varies", _varies(board, variant, RANK_MODE, phase, n, versus))) if marked]
+    marks = [word for word, marked in (("causal", mode == "causal"), ("noisy", _is_noisy(board, variant, mode, phase, n)),
+                                       ("varies", _varies(board, variant, mode, phase, n, versus))) if marked]
     return ratio, fmt_x(ratio) + interval + (f" ({', '.join(marks)})" if marks else "")
 
 
@@ -401,7 +420,7 @@ def rank_figure(board, variant) -> zoo.RankFigure:
     n = board.settings_of(SUITE).reference_length
     value, text = _ratio_cell(board, variant, RANK_PHASE, n)
     return zoo.RankFigure(ratio_header(board.kind(variant), RANK_PHASE, n), value, text,
-                          *_interval(board, variant, RANK_PHASE, n))
+                          *_interval(board, variant, RANK_PHASE, n, board.primary_mode(variant)))
 
 
 def details(board, variant) -> list:
@@ -421,13 +440,18 @@ def details(board, variant) -> list:
 
 
 def axes(board, variant) -> list[zoo.Axis]:
-    """What a reader weighs from this suite: the ranking ratio (the reason to choose for training and prefill at
-    the reference length) and an approximation's error there (0 for an exact variant: a cost)."""
-    n, figure = board.settings_of(SUITE).reference_length, rank_figure(board, variant)
+    """What a reader weighs from this suite: the time ratio at the reference length in each mode (the reasons to
+    choose for non-causal and causal training: a causal-only variant has only the causal one) and an
+    approximation's error there (0 for an exact variant: a cost)."""
+    n, mode = board.settings_of(SUITE).reference_length, board.primary_mode(variant)
     target = approximates(board.card(variant))
-    error = 0.0 if target is None else board.value(variant, "approximation-error", RANK_MODE, "fwd", n)
+    error = 0.0 if target is None else board.value(variant, "approximation-error", mode, "fwd", n)
     error_text = "0 (exact)" if target is None else "not measured" if error is None else f"{error:.2f} (of {target})"
-    return [zoo.Axis(figure.column, figure.value, "lower", figure.text, use=f"training and prefill at n={n}"),
+    column = ratio_header(board.kind(variant), RANK_PHASE, n)
+    full = (None, "causal only") if mode == "causal" else _ratio_cell(board, variant, RANK_PHASE, n, mode="full")
+    causal = _ratio_cell(board, variant, RANK_PHASE, n, mode="causal")
+    return [zoo.Axis(column, full[0], "lower", full[1], use=f"non-causal training and encoding at n={n}"),
+            zoo.Axis(f"causal {column}", causal[0], "lower", causal[1], use=f"causal training and prefill at n={n}"),
             zoo.Axis(f"approximation error, n={n}", error, "lower", error_text, tie=0.01)]
 
 
@@ -441,22 +465,22 @@ def _approximation_missing(board, variant, n) -> str:
 
 def columns(board, variant) -> dict:
     """An approximation's cost in accuracy beside its speed, always; the ratios and the time at the reference n."""
-    n, kind = board.settings_of(SUITE).reference_length, board.kind(variant)
+    n, kind, mode = board.settings_of(SUITE).reference_length, board.kind(variant), board.primary_mode(variant)
     target = approximates(board.card(variant))
     if target is None:
         accuracy = "exact"
     else:
-        error = board.value(variant, "approximation-error", RANK_MODE, "fwd", n)
-        worst = board.value(variant, "approximation-error-worst", RANK_MODE, "fwd", n)
+        error = board.value(variant, "approximation-error", mode, "fwd", n)
+        worst = board.value(variant, "approximation-error-worst", mode, "fwd", n)
         accuracy = f"approx. of {target}: " + (
             f"error {error:.2f}" + (f", worst {worst:.2f}" if worst is not None else "") if error is not None else
             "not measured " + board.notes.mark(f"{variant}: " + _approximation_missing(board, variant, n)))
     row = {f"approximation error, n={n}": accuracy}
     for phase in (RANK_PHASE, "fwd"):
         row[ratio_header(kind, phase, n)] = _ratio_cell(board, variant, phase, n, board.notes)[1]
-    row[f"fwd+bwd time, n={n}"] = fmt_ms(board.value(variant, "time", RANK_MODE, RANK_PHASE, n))
+    row[f"fwd+bwd time, n={n}"] = fmt_ms(board.value(variant, "time", mode, RANK_PHASE, n))
     label = best_known(board.card(variant))
-    ratio = board.value(variant, "time-ratio", RANK_MODE, RANK_PHASE, n, versus=label) if label else None
+    ratio = board.value(variant, "time-ratio", mode, RANK_PHASE, n, versus=label) if label else None
     unrecorded = "best_known" not in board.card(variant)  # stored before plugins declared one
     row[f"fwd+bwd vs best known, n={n}"] = ("not recorded by its run" if unrecorded else "not declared" if not label
                                             else "not timed" if ratio is None else
@@ -507,7 +531,8 @@ def rank_intro(board) -> list[str]:
     return [
         "Like is compared with like: attention *cores* against "
         "torch SDPA, attention *layers* (with projections) against nn.MultiheadAttention(need_weights=False), "
-        f"each on the same shapes in the same process: non-causal, n = {mine.reference_length}, batch "
+        f"each on the same shapes in the same process: non-causal (a variant that computes only its causal form: "
+        f"causal, against the comparator's causal call, marked *causal*), n = {mine.reference_length}, batch "
         f"{mine.batch}, {mine.heads} heads, d_model {mine.d_model}, "
         f"{settings.get('dtype', 'float32')}, {settings.get('threads')} threads; lower is better. "
         "Variants without a time at that length come last, with the reason. \"exact\": the variant computes its "
@@ -649,11 +674,12 @@ def section(board) -> zoo.Section:
     if sweeps:
         tables.append(zoo.Table("Approximation error against the plugin's own options", [], sweeps, note=[
             "Each approximation's normalised error (0 exact, 1 = each query's mean of the values) at the values of "
-            "the options its plugin sweeps, on the speed suite's shapes, non-causal: first the mean over the "
+            "the options its plugin sweeps, on the speed suite's shapes, in its primary mode (non-causal unless it "
+            "computes only its causal form): first the mean over the "
             "structured inputs, then the worst input family."]))
     tables.append(zoo.Table("Achieved rate", [], rates))
     mine = board.rows(SUITE)
-    plot = plots_.log_log(mine[(mine["mode"] == "full") & (mine.phase == "fwd+bwd")], "time", "time.png",
+    plot = plots_.log_log(board.in_primary_mode(mine[mine.phase == "fwd+bwd"]), "time", "time.png",
                           "seconds per call (forward+backward, speed shapes)",
                           panels=plots_.kind_panels(board, {k: (c, COMPARATOR_LABELS[c]) for k, c in COMPARATORS.items()}),
                           greyed=plots_.unranked(board), palette=tuple(board.variants))
@@ -679,10 +705,12 @@ def upgrade(row: dict) -> dict:
 
 
 def settle(settings: dict) -> dict:
-    """The reference length must be timed: when the lengths leave it out, the longest of them takes its place."""
+    """The reference length must be timed: when the lengths leave it out, the longest of them takes its place; the
+    causal lengths are those of ``causal_lengths`` among the lengths (None: all; none left: the reference)."""
     lengths = tuple(sorted(set(settings["lengths"])))
     reference = settings["reference_length"] if settings["reference_length"] in lengths else max(lengths)
-    return {**settings, "lengths": lengths, "reference_length": reference}
+    causal = _causal_lengths(lengths, settings.get("causal_lengths"), reference)
+    return {**settings, "lengths": lengths, "reference_length": reference, "causal_lengths": causal}
 
 
 def noise(rows):
@@ -727,7 +755,9 @@ SUITE_DEFINITION = zoo.Suite(
     noise=noise,
     axes=axes, order=30,
     settings={
-        "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full",),
+        "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full", "causal"),
+        # the lengths causal mode is timed at, among ``lengths`` (None: all of them; none of them: the reference)
+        "causal_lengths": (1024,),
         # rounds per process (a figure pools the rounds of the run's processes: 3 in quick and full), each costing
         # every callable about round_seconds
         "repeats": 2, "round_seconds": 0.01,
@@ -748,7 +778,7 @@ SUITE_DEFINITION = zoo.Suite(
         "reference_length": 1024,  # variants are ranked by fwd+bwd time / their comparator's at this n
     },
     presets={
-        "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "modes": ("full", "causal"), "repeats": 4,
+        "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "causal_lengths": None, "repeats": 4,
                  "round_seconds": 0.2, "cell_seconds": None, "max_call_gflop": 2500.0, "max_call_gib": 8.0,
                  "call_limit_seconds": 60.0,
                  "reference_length": 4096},
