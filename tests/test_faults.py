@@ -167,15 +167,16 @@ def test_builtins_accept_a_one_dimensional_key_mask_as_torch_sdpa_does(registry)
         module = zoo.create(name, d_model=16, num_heads=2, registry=registry)
         if not registry.variant(name).tags.accepts_attn_mask:
             continue
-        expected = module(x, x, x, attn_mask=keep.view(1, 6))
-        assert torch.allclose(module(x, x, x, attn_mask=keep), expected, atol=1e-6), name
+        causal = registry.variant(name).tags.causal_only  # the one mode it computes
+        expected = module(x, x, x, attn_mask=keep.view(1, 6), is_causal=causal)
+        assert torch.allclose(module(x, x, x, attn_mask=keep, is_causal=causal), expected, atol=1e-6), name
 
 
 def test_builtins_return_an_empty_output_for_an_empty_batch(registry):
     x = torch.randn(0, 5, 16)
     for name in registry.list_variants():
         module = zoo.create(name, d_model=16, num_heads=2, registry=registry)
-        for causal in (False, True) if registry.variant(name).tags.supports_causal else (False,):
+        for causal in (mode == "causal" for mode in registry.variant(name).tags.modes):
             assert module(x, x, x, is_causal=causal).shape == (0, 5, 16), (name, causal)
 
 
@@ -188,9 +189,10 @@ def test_a_model_of_zoo_layers_round_trips_through_pickle_and_torch_save(registr
         buffer.seek(0)
         loaded = torch.load(buffer, weights_only=False)
         copy = pickle.loads(pickle.dumps(model))
-        x = torch.randn(1, 4, 16)
+        x, causal = torch.randn(1, 4, 16), registry.variant(name).tags.causal_only
         for other in (loaded, copy):
-            assert torch.equal(other[1](other[0](x, x, x), x, x), model[1](model[0](x, x, x), x, x)), name
+            assert torch.equal(other[1](other[0](x, x, x, is_causal=causal), x, x, is_causal=causal),
+                               model[1](model[0](x, x, x, is_causal=causal), x, x, is_causal=causal)), name
             with pytest.raises(VariantInputError, match=name):  # the input checks came along
                 other[0](x[0], x, x)
 
@@ -201,11 +203,12 @@ def test_zoo_modules_keep_working_under_torch_compile_and_torch_export(registry)
     x = torch.randn(2, 8, 16)
     for name in registry.list_variants():
         module = zoo.create(name, d_model=16, num_heads=2, registry=registry)
-        expected = module(x, x, x)
+        causal = {"is_causal": registry.variant(name).tags.causal_only}  # the one mode a causal-only variant computes
+        expected = module(x, x, x, **causal)
         compiled = torch.compile(module, backend="aot_eager")
-        assert torch.allclose(compiled(x, x, x), expected, atol=1e-6), name
-        exported = torch.export.export(module, (x, x, x)).module()
-        assert torch.allclose(exported(x, x, x), expected, atol=1e-6), name
+        assert torch.allclose(compiled(x, x, x, **causal), expected, atol=1e-6), name
+        exported = torch.export.export(module, (x, x, x), causal).module()
+        assert torch.allclose(exported(x, x, x, **causal), expected, atol=1e-6), name
 
 
 def test_a_ray_address_that_cannot_be_reached_leaves_no_run_behind(tmp_path):

@@ -15,10 +15,17 @@ HP = hyper_parameters(get_profile("quick"))
 def test_blocks_take_any_variant_and_give_the_right_shapes(registry):
     for name in registry.list_variants():
         variant = registry.variant(name)
-        model = SequenceModel(variant, vocab=10, classes=3, d_model=16, num_heads=2, layers=1, max_len=32)
+        model = SequenceModel(variant, vocab=10, classes=3, d_model=16, num_heads=2, layers=1, max_len=32,
+                              causal=variant.tags.causal_only)
         assert model(torch.randint(10, (2, 12))).shape == (2, 12, 3)
     vit = VisionTransformer(registry.variant("linear"), image_size=8, patch_size=4, channels=1, classes=5, d_model=16)
     assert vit(torch.randn(3, 1, 8, 8)).shape == (3, 5)
+    causal = VisionTransformer(registry.variant("forgetting"), image_size=8, patch_size=4, channels=1, classes=5,
+                               d_model=16, causal=True)  # the class token last: it sees every patch
+    images = torch.randn(3, 1, 8, 8)
+    changed = images.clone()
+    changed[:, :, :4, :4] += 1.0  # the first patch, which a class token first would not see under causal attention
+    assert causal(images).shape == (3, 5) and not torch.allclose(causal(images), causal(changed))
 
 
 def test_quality_models_keep_to_their_inputs_device(registry):
