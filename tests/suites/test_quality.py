@@ -116,3 +116,16 @@ def test_each_recall_point_states_the_decoding_state_of_its_model_and_the_board_
     assert states["linformer"] == {}  # no causal form: nothing to decode, no point
     leaderboard.render(store, run_id, tmp_path)
     assert (tmp_path / "recall-vs-state.png").stat().st_size > 0
+
+
+def test_the_tasks_on_which_a_sparse_core_is_dense_attention_are_found_by_computing_both(registry):
+    """windowed trains with window 16: it covers the whole 16-token recall task (dense attention there) but not the
+    144-token copies; dot-product is dense softmax at every length, so nothing is said of it."""
+    from zoo.suites.quality import dense_on_tasks
+
+    hp = {"d_model": 64, "heads": 4}
+    windowed = {row.setting: row for row in dense_on_tasks(registry.variant("windowed"), hp, seed=0)}
+    assert "recall-8-pairs" in windowed and "long-range-copy" not in windowed and "local-copy" not in windowed
+    assert all(row.value <= 1e-10 and row.versus == "torch-sdpa" for row in windowed.values())
+    assert list(dense_on_tasks(registry.variant("dot-product"), hp, seed=0)) == []
+    assert list(dense_on_tasks(registry.variant("multi-head"), hp, seed=0)) == []  # a layer: not compared

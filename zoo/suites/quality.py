@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import zoo
 from zoo import plots as plots_
 from zoo.board import fmt_g
+from zoo.cases import relative_error
 from zoo.blocks import SequenceModel, VisionTransformer
 from zoo.checks import MEASURED, SKIPPED, Check, Result
 from zoo.measure import count_flops
@@ -27,6 +28,8 @@ from zoo.tasks import IGNORE, Task, default_tasks
 SUITE = "quality"
 EVAL_EXAMPLES = 512
 EVAL_SEED = 10_000
+IMAGE_SIZE, PATCH_SIZE = 16, 4  # the image task's vision model: 16 patches and a class token
+DENSE_TOLERANCE = 1e-10  # float64: a core this close to dense softmax attention computes it
 
 
 def hyper_parameters(profile, task: Task | None = None) -> dict:
@@ -43,7 +46,8 @@ def make_model(variant, task: Task, hp: dict) -> torch.nn.Module:
     size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"], causal=variant.tags.causal_only,
                 **variant.quality_options)
     if task.kind == "image":
-        return VisionTransformer(variant, image_size=16, patch_size=4, channels=1, classes=task.classes, **size)
+        return VisionTransformer(variant, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, channels=1,
+                                 classes=task.classes, **size)
     return SequenceModel(variant, vocab=task.vocab, classes=task.classes, max_len=task.length, **size)
 
 
@@ -102,14 +106,59 @@ def train(variant, task: Task, hp: dict, seed: int, max_gflop: float | None = No
     return Training(score, time.perf_counter() - started)
 
 
+def task_tokens(task: Task) -> int:
+    """The length of the sequence the task's model attends over: its tokens, or the image's patches and class token."""
+    return task.length or (IMAGE_SIZE // PATCH_SIZE) ** 2 + 1
+
+
+def dense_difference(variant, n: int, hp: dict, seed: int) -> float:
+    """How far the variant's core, with the options it trains with, is from dense softmax attention at length n
+    (relative, float64, in its primary mode, at the tasks' model width)."""
+    torch.manual_seed(seed)
+    module = zoo.build(variant, d_model=hp["d_model"], num_heads=hp["heads"], **variant.quality_options).double()
+    query, key, value = (torch.randn(2, n, hp["d_model"], dtype=torch.float64) for _ in range(3))
+    causal = variant.tags.causal_only
+    with torch.no_grad():
+        out = module(query, key, value, is_causal=causal)
+        heads = [x.unflatten(-1, (hp["heads"], -1)).transpose(1, 2) for x in (query, key, value)]
+        dense = F.scaled_dot_product_attention(*heads, is_causal=causal).transpose(1, 2).flatten(2)
+    return relative_error(out, dense)
+
+
+def dense_on_tasks(variant, hp: dict, seed: int):
+    """A ``reduces-to`` row for each task on which the variant, as this suite trains it, computes exactly dense
+    softmax attention (a window or blocks covering the task's whole sequence): its scores there are dense
+    attention's, which the board says. Only for an attention core that is not dense softmax itself (it differs at
+    twice the longest task's length)."""
+    if variant.kind != "core":
+        return
+    tasks = default_tasks()
+    longest = 2 * max(task_tokens(task) for task in tasks)
+    try:
+        if dense_difference(variant, longest, hp, seed) <= DENSE_TOLERANCE:
+            return
+        for task in tasks:
+            n = task_tokens(task)
+            difference = dense_difference(variant, n, hp, seed)
+            if difference <= DENSE_TOLERANCE:
+                yield Result("reduces-to", MEASURED, task.name, difference, "rel. difference",
+                             f"at the task's {n} tokens, with the options it trains with, it computes dense softmax "
+                             f"attention (relative difference {difference:.1g}): its scores there are dense "
+                             "attention's", versus="torch-sdpa")
+    except Exception as exc:  # the comparison is a note, never the suite's failure
+        yield Result("reduces-to", SKIPPED, detail=f"not compared with dense attention: {type(exc).__name__}: {exc}")
+
+
 def run_quality(variant, profile):
-    """Train on every task over the profile's seeds; accuracy per task and the recall curve."""
+    """Train on every task over the profile's seeds; accuracy per task and the recall curve; and the tasks on which
+    the variant is dense attention."""
     torch.set_num_threads(profile.threads)
     settings = profile.of(SUITE)
     hp = hyper_parameters(profile)
     yield Result("hyper-parameters", MEASURED,
                  detail=", ".join(f"{k}={v}" for k, v in hp.items()) + f"; seeds={settings.seeds}; "
                  f"recall sweep steps={settings.recall_steps}")
+    yield from dense_on_tasks(variant, hp, profile.seed)
     for task in default_tasks():
         hp = hyper_parameters(profile, task)
         scores, seconds = [], []
@@ -184,7 +233,11 @@ def details(board, variant) -> list:
         chance = _value_at(quality, None, "chance", r.setting)
         rows.append({"task": r.setting, "accuracy": _score_text(quality, r),
                      "chance": "" if chance is None else f"{chance:.3f}"})
-    return [zoo.Table(f"Quality ({board.source_text(SUITE)})", ["task", "accuracy", "chance"], rows)] if rows else []
+    dense = set(quality[(quality.variant == variant) & (quality.check == "reduces-to")
+                        & (quality.status == MEASURED)].setting)
+    for row in rows:
+        row["dense attention here"] = "yes: its window or blocks cover the task" if row["task"] in dense else ""
+    return [zoo.Table(f"Quality ({board.source_text(SUITE)})", list(rows[0]), rows)] if rows else []
 
 
 def _score_text(quality, row) -> str:
@@ -243,6 +296,15 @@ def section(board) -> zoo.Section:
     plot_note = (f" The accuracy-versus-speed plot leaves out {', '.join(absent)}: no ranking figure on this board."
                  if absent and len(absent) < len(figures) else "")
     tables = [zoo.Table("", [], rows)]
+    reduced = quality[(quality.check == "reduces-to") & (quality.status == MEASURED)]
+    if not reduced.empty:
+        tables.append(zoo.Table("Where a variant is dense attention", ["variant", "tasks"], [
+            {"variant": v, "tasks": ", ".join(dict.fromkeys(reduced[reduced.variant == v].setting))}
+            for v in sorted(set(reduced.variant))], note=[
+            "On these tasks the variant, with the options it trains with, computes exactly dense softmax attention "
+            "(its output equals torch SDPA's to 1e-10 in float64 at the task's sequence length: its window or "
+            "blocks cover the whole sequence), so its scores there are dense attention's and say nothing about "
+            "its structure; its other tasks do."]))
     curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
     if not curve.empty:
         pairs = sorted(int(p) for p in set(curve.n))
@@ -372,7 +434,9 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("recall-vs-pairs", "associative recall accuracy at a number of key-value pairs", "fraction"),
         zoo.Measure("recall-state-bytes", "the decoding state per sequence of that recall task's model at its length, "
                     "from the plugin's state_bytes formula", "bytes"),
-        zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant")),
+        zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant"),
+        zoo.Measure("reduces-to", "a task on which the variant, with the options it trains with, computes exactly dense "
+                    "softmax attention (versus: torch-sdpa)", "rel. difference")),
     profiles=("full",), carried=True, section=section, columns=columns, details=details, axes=axes,
     order=40,
     # the training budget per task; a task whose counted training FLOPs (one step, counted, times the steps)
