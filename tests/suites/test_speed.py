@@ -48,6 +48,9 @@ def test_a_floor_is_timed_beside_the_variant_in_the_forward_pass_only(registry):
     floor = [r for r in rows if (r.check, r.versus) == ("time-ratio", "tanh-floor")]
     assert {(r.n, r.phase) for r in floor} == {(64, "fwd"), (128, "fwd")} and all(r.value > 0 for r in floor)
     assert {r.phase for r in rows if (r.check, r.versus) == ("time-ratio", "naive-broadcast")} == {"fwd", "fwd+bwd"}
+    # causal, not its primary mode: timed against the ops it is compared with only (this profile), at n=128
+    causal = {(r.versus, r.n) for r in rows if r.check == "time-ratio" and r.mode == "causal"}
+    assert {versus for versus, _ in causal} == {"torch-sdpa", "torch-mha-layer"} and {n for _, n in causal} == {128}
 
 
 def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():

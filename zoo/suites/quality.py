@@ -235,7 +235,7 @@ def details(board, variant) -> list:
                      "chance": "" if chance is None else f"{chance:.3f}"})
     dense = set(quality[(quality.variant == variant) & (quality.check == "reduces-to")
                         & (quality.status == MEASURED)].setting)
-    for row in rows:
+    for row in rows if dense else []:  # a column only where some task saw dense attention
         row["dense attention here"] = "yes: its window or blocks cover the task" if row["task"] in dense else ""
     return [zoo.Table(f"Quality ({board.source_text(SUITE)})", list(rows[0]), rows)] if rows else []
 

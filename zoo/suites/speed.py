@@ -55,10 +55,17 @@ def _count(fn):
 
 
 def _loads_at(variant, profile, mode, n, only=None, peers=False):
+    """The callables timed at (mode, n): in a mode other than the variant's primary one, only the variant and the
+    ops it is compared with, unless ``baselines_in_every_mode`` (the full profile) times its baselines, floors and
+    peers there too."""
+    everything = profile.of(SUITE).baselines_in_every_mode or mode == variant.tags.primary_mode
+    if not everything:
+        compared = {variant.name, SDPA, comparator(variant)}
+        only = compared if only is None else set(only) & compared
     return self_attention_workloads(
         variant, batch=profile.of(SUITE).batch, d_model=profile.of(SUITE).d_model, heads=profile.of(SUITE).heads,
-        n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype, floors=True,
-        peers=peers, only=only,
+        n=n, causal=mode == "causal", seed=profile.seed, device=profile.device, dtype=profile.dtype,
+        floors=everything, peers=peers and everything, only=only,
     )
 
 
@@ -758,6 +765,9 @@ SUITE_DEFINITION = zoo.Suite(
         "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full", "causal"),
         # the lengths causal mode is timed at, among ``lengths`` (None: all of them; none of them: the reference)
         "causal_lengths": (1024,),
+        # baselines, floors and peers timed in both modes (False: only in the variant's primary mode, the other
+        # timing the variant against the ops it is compared with)
+        "baselines_in_every_mode": False,
         # rounds per process (a figure pools the rounds of the run's processes: 3 in quick and full), each costing
         # every callable about round_seconds
         "repeats": 2, "round_seconds": 0.01,
@@ -778,7 +788,8 @@ SUITE_DEFINITION = zoo.Suite(
         "reference_length": 1024,  # variants are ranked by fwd+bwd time / their comparator's at this n
     },
     presets={
-        "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "causal_lengths": None, "repeats": 4,
+        "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "causal_lengths": None,
+                 "baselines_in_every_mode": True, "repeats": 4,
                  "round_seconds": 0.2, "cell_seconds": None, "max_call_gflop": 2500.0, "max_call_gib": 8.0,
                  "call_limit_seconds": 60.0,
                  "reference_length": 4096},
