@@ -25,7 +25,7 @@ def calls(draw, variant):
     d_model = heads * draw(st.sampled_from([2, 4, 8]))
     q_len = draw(st.integers(1, 19))
     k_len = draw(st.integers(1, 19)) if tags.allows_different_lengths else q_len
-    causal = draw(st.booleans()) if tags.supports_causal else False
+    causal = draw(st.sampled_from([mode == "causal" for mode in tags.modes]))  # the modes it computes
     mask_kind = draw(st.sampled_from([None, "full", "padding"])) if tags.accepts_attn_mask else None
     batch = draw(st.integers(1, 3))
     seed = draw(st.integers(0, 2 ** 16))
