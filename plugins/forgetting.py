@@ -7,7 +7,7 @@ one more rank-2 term of the logits: queries ``[q_i / sqrt(d), c_i, 1]`` against 
 ``q_i k_j / sqrt(d) + c_i - c_j`` exactly. Torch's fused causal SDPA then runs on heads two features wider,
 so no (n, n) bias is ever built: O(n) memory, as the paper's FlashAttention kernel. The cumulative sums are
 taken in the working dtype, as the paper's kernel takes them in float32. Decoding keeps each token's key, value
-and ``c_j``: the KV cache plus one number per head and token.
+and the bias ``-c_j`` of its logits: the KV cache plus one number per head and token.
 """
 
 import math
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import combine_masks, merge_heads, sdpa_zeroing_empty_rows, split_heads
+from zoo.functional import cached_attention, combine_masks, merge_heads, sdpa_zeroing_empty_rows, split_heads
 from zoo.reference import linear, reference_mask, weighted_sum
 
 
@@ -83,28 +83,13 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
 
 
 def decode(module, state, query, key, value, key_mask=None):
-    """The next positions: their keys, values and cumulative log gates appended to the cache, each query over the
-    cached keys up to its own position with the bias ``c_i - c_j``."""
-    from zoo.decoding import append
-
+    """The next positions over the KV cache, each key cached with its bias ``-c_j`` (the query's ``c_i`` is the
+    same for every key it sees, so softmax ignores it)."""
     q, k, v, log_forget = module.project(query, key, value)
-    before = state["c"][..., -1:] if "c" in state and state["c"].shape[-1] else 0.0
-    c = before + log_forget.cumsum(-1)
-    state = dict(state)
-    state["k"], state["v"], state["c"] = append(state.get("k"), k, 2), append(state.get("v"), v, 2), \
-        append(state.get("c"), c, 2)
-    batch, t, total = q.shape[0], q.shape[-2], state["k"].shape[-2]
-    if key_mask is not None or "key_mask" in state:
-        kept = state.get("key_mask", torch.ones(batch, total - t, dtype=torch.bool, device=q.device))
-        new = torch.ones(batch, t, dtype=torch.bool, device=q.device) if key_mask is None else key_mask
-        state["key_mask"] = append(kept, new.to(torch.bool), 1)
-    allowed = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(total - t)  # query i: keys <= total-t+i
-    if "key_mask" in state:
-        allowed = allowed & state["key_mask"][:, None, None, :]
-    scores = q @ state["k"].transpose(-1, -2) / math.sqrt(q.shape[-1]) + c.unsqueeze(-1) - state["c"].unsqueeze(-2)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a query with no key: zeros
-    return module.out_proj(merge_heads(weights @ state["v"])), state
+    cached = state.get("key_bias")
+    before = -cached[..., -1:] if cached is not None and cached.shape[-1] else 0.0
+    out, state = cached_attention(state, q, k, v, key_mask, key_bias=-(before + log_forget.cumsum(-1)))
+    return module.out_proj(merge_heads(out)), state
 
 
 def cache_bytes(batch, context, d_model, num_heads, itemsize, **options):

@@ -49,9 +49,13 @@ def test_each_suite_owns_its_settings_nested_in_the_profile_and_an_unknown_one_i
     assert profile.of("correctness").cases == 3 and get_profile("full", suites).of("correctness").cases == 8
     assert Profile.from_dict(profile.as_dict(), suites) == profile  # what a worker reads back, no registry needed
     for given, message in (({"speed": {"lenghts": (64,)}}, "the speed suite has no setting 'lenghts'"),
-                           ({"nope": {"x": 1}}, "no suite 'nope'")):
+                           ({"nope": {"x": 1}}, "no suite 'nope'"),
+                           ({"speed": {"reference_length": "abc"}}, "--set speed.reference_length: expected a number, got 'abc'"),
+                           ({"speed": {"baselines_in_every_mode": 1}}, "--set speed.baselines_in_every_mode: expected true or false")):
         with pytest.raises(ZooError, match=message):
             resolve(PROFILES["quick"], suites, given)
+    one = resolve(PROFILES["quick"], suites, {"speed": {"modes": "full"}})  # --set speed.modes=full, not JSON
+    assert one.of("speed").modes == ("full",)
     legacy = Profile.from_dict({"name": "quick", "speed_lengths": [256], "repeats": 7, "cases": 2}, suites)
     assert legacy.of("speed").lengths == (256,) and legacy.of("speed").repeats == 7 and legacy.of("correctness").cases == 2
 

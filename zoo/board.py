@@ -17,7 +17,7 @@ import functools
 import html
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from .checks import PASSED
-from .contract import BEST_KNOWN_SLACK
+from .contract import BEST_KNOWN_SLACK, Tags
 from .environment import COMPARABLE_ENVIRONMENT
 from .store import Store
 from .suite import RankFigure, Suite, implicit_suite, upgrade_rows
@@ -292,9 +292,10 @@ class Board:
         return kind_of(self.card(variant))
 
     def primary_mode(self, variant: str) -> str:
-        """'causal' for a variant that computes only its causal form (``Tags.causal_only``), else 'full': the mode
-        its figures are read in wherever the board compares variants."""
-        return "causal" if self.card(variant).get("tags", {}).get("causal_only") else "full"
+        """The mode its figures are read in wherever the board compares variants: :attr:`Tags.primary_mode` of the
+        capabilities its card recorded ('causal' for a variant that computes only its causal form, else 'full')."""
+        recorded = self.card(variant).get("tags", {})
+        return Tags(**{f.name: recorded[f.name] for f in fields(Tags) if f.name in recorded}).primary_mode
 
     def in_primary_mode(self, rows):
         """The rows each in its variant's primary mode (rows about a comparator follow the variant they were

@@ -73,9 +73,11 @@ def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None
     return sdpa_zeroing_empty_rows(q, k, v, mask, enable_gqa)
 
 
-def sdpa_zeroing_empty_rows(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, enable_gqa: bool = False) -> Tensor:
+def sdpa_zeroing_empty_rows(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, enable_gqa: bool = False,
+                            bias: Tensor | None = None) -> Tensor:
     """torch SDPA under a boolean mask (True: may attend) that broadcasts to its scores, with zeros for rows
     that may attend to nothing (given every key inside SDPA, so no NaN appears in forward or backward).
+    ``bias``: an additive logit bias broadcastable to the scores, applied where the mask allows.
 
     The empty-row test runs on the mask as given, before SDPA broadcasts it, so it costs the mask's size
     and not batch x heads times it. The mask reaches SDPA 4-D (leading 1s added): a 3-D mask sends torch
@@ -84,6 +86,8 @@ def sdpa_zeroing_empty_rows(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, enabl
     row_ok = mask.any(dim=-1, keepdim=True)
     allowed = mask | ~row_ok
     allowed = allowed.view(*(1,) * (4 - allowed.dim()), *allowed.shape)
+    if bias is not None:
+        allowed = bias.masked_fill(~allowed, float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=enable_gqa)
     return out.masked_fill(~row_ok, 0.0)
 
@@ -282,14 +286,17 @@ def torch_mha_baseline(need_weights: bool, arguments, state):
 
 
 def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None = None,
-                     enable_gqa: bool = False, name: str = "") -> tuple[Tensor, dict]:
+                     enable_gqa: bool = False, name: str = "", key_bias: Tensor | None = None) -> tuple[Tensor, dict]:
     """Softmax attention of new positions over a KV cache, the decode step of every softmax variant.
 
     ``q``, ``k``, ``v``: (batch, heads, t, d) for the next t positions of the sequence (t = 0 to the whole prompt);
     their keys and values are appended to the cache in ``state`` (entries ``{name}k``, ``{name}v`` and, once a
     key is masked, ``{name}key_mask``: a variant with two caches names them apart), and each new query attends to
     the cached keys up to its own position (the causal forward's alignment). ``key_mask``: (batch, t), False for a
-    padding key. Returns the new positions' outputs (zeros for a query with no key to attend to) and the state.
+    padding key. ``key_bias``: (batch, heads, t), a logit added for each new key wherever it is attended to,
+    cached beside it as ``{name}key_bias`` (a bias ``b_i + b_j`` needs only its key part: softmax is blind to a
+    query's constant). Returns the new positions' outputs (zeros for a query with no key to attend to) and the
+    state.
     """
     from .decoding import append
 
@@ -301,10 +308,13 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
         kept = state.get(f"{name}key_mask", torch.ones(batch, before, dtype=torch.bool, device=k.device))
         new = torch.ones(batch, k.shape[-2], dtype=torch.bool, device=k.device) if key_mask is None else key_mask
         state[f"{name}key_mask"] = append(kept, new.to(torch.bool), 1)
+    if key_bias is not None:
+        state[f"{name}key_bias"] = append(state.get(f"{name}key_bias"), key_bias, 2)
     if t == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1]), state
     keys, values = state[f"{name}k"], state[f"{name}v"]
-    if f"{name}key_mask" not in state:
+    bias = state[f"{name}key_bias"].unsqueeze(-2) if key_bias is not None else None
+    if f"{name}key_mask" not in state and bias is None:
         if t == 1:
             return F.scaled_dot_product_attention(q, keys, values, enable_gqa=enable_gqa), state
         if before == 0:
@@ -312,4 +322,4 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
     allowed = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(before)  # query i sees keys <= before + i
     if f"{name}key_mask" in state:
         allowed = allowed & state[f"{name}key_mask"][:, None, None, :]
-    return sdpa_zeroing_empty_rows(q, keys, values, allowed, enable_gqa), state
+    return sdpa_zeroing_empty_rows(q, keys, values, allowed, enable_gqa, bias), state

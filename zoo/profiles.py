@@ -83,6 +83,21 @@ PROFILES = {
 }
 
 
+def _shaped(suite: str, key: str, value, default):
+    """An override in the shape of the setting's default: one value where a tuple is expected is a tuple of one
+    (``--set speed.modes=full``); null stays None; text where a number or a flag is expected is an :class:`OptionError`."""
+    if value is None:
+        return value
+    if isinstance(default, tuple) and not isinstance(value, tuple):
+        return (value,)
+    if isinstance(default, bool) and not isinstance(value, bool):
+        raise OptionError(f"--set {suite}.{key}: expected true or false, got {value!r}")
+    if isinstance(default, (int, float)) and not isinstance(default, bool) and (
+            isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise OptionError(f"--set {suite}.{key}: expected a number, got {value!r}")
+    return value
+
+
 def resolve(base: Profile, suites: Mapping[str, "Suite"], overrides: Mapping[str, Mapping[str, object]] | None = None,
             ) -> Profile:
     """``base`` with every suite's settings: defaults, then the suite's preset for the profile, then ``overrides``
@@ -99,7 +114,7 @@ def resolve(base: Profile, suites: Mapping[str, "Suite"], overrides: Mapping[str
         if extra:
             raise OptionError(f"--set: the {name} suite has no setting {', '.join(map(repr, extra))} (its settings: "
                               f"{', '.join(values) or 'none'})")
-        values.update(given)
+        values.update({key: _shaped(name, key, value, values[key]) for key, value in given.items()})
         if suite.settle is not None:
             try:
                 values = dict(suite.settle(dict(values)))
