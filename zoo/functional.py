@@ -285,8 +285,17 @@ def torch_mha_baseline(need_weights: bool, arguments, state):
     return build
 
 
+def softmax_with_sink(scores: Tensor, sink: Tensor) -> Tensor:
+    """Softmax weights of (batch, heads, q_len, k_len) ``scores`` (-inf where a key is masked) with one more logit
+    per head, ``sink`` (heads,), in each row's denominator and no value of its own: a row's weights sum to less
+    than 1, and a row with no key gives zeros (learned attention sinks)."""
+    column = sink.to(scores.dtype).view(-1, 1, 1).expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
+
+
 def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None = None,
-                     enable_gqa: bool = False, name: str = "", key_bias: Tensor | None = None) -> tuple[Tensor, dict]:
+                     enable_gqa: bool = False, name: str = "", key_bias: Tensor | None = None,
+                     sink: Tensor | None = None) -> tuple[Tensor, dict]:
     """Softmax attention of new positions over a KV cache, the decode step of every softmax variant.
 
     ``q``, ``k``, ``v``: (batch, heads, t, d) for the next t positions of the sequence (t = 0 to the whole prompt);
@@ -295,7 +304,8 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
     the cached keys up to its own position (the causal forward's alignment). ``key_mask``: (batch, t), False for a
     padding key. ``key_bias``: (batch, heads, t), a logit added for each new key wherever it is attended to,
     cached beside it as ``{name}key_bias`` (a bias ``b_i + b_j`` needs only its key part: softmax is blind to a
-    query's constant). Returns the new positions' outputs (zeros for a query with no key to attend to) and the
+    query's constant). ``sink``: (heads,) logits of learned attention sinks (:func:`softmax_with_sink`), the
+    scores then computed explicitly (a few new positions over the cache). Returns the new positions' outputs (zeros for a query with no key to attend to) and the
     state.
     """
     from .decoding import append
@@ -314,7 +324,7 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
         return q.new_zeros(*q.shape[:-1], v.shape[-1]), state
     keys, values = state[f"{name}k"], state[f"{name}v"]
     bias = state[f"{name}key_bias"].unsqueeze(-2) if key_bias is not None else None
-    if f"{name}key_mask" not in state and bias is None:
+    if f"{name}key_mask" not in state and bias is None and sink is None:
         if t == 1:
             return F.scaled_dot_product_attention(q, keys, values, enable_gqa=enable_gqa), state
         if before == 0:
@@ -322,4 +332,9 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
     allowed = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(before)  # query i sees keys <= before + i
     if f"{name}key_mask" in state:
         allowed = allowed & state[f"{name}key_mask"][:, None, None, :]
-    return sdpa_zeroing_empty_rows(q, keys, values, allowed, enable_gqa, bias), state
+    if sink is None:
+        return sdpa_zeroing_empty_rows(q, keys, values, allowed, enable_gqa, bias), state
+    if enable_gqa:
+        keys, values = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (keys, values))
+    scores = (q @ keys.transpose(-1, -2)) * q.shape[-1] ** -0.5 + (0.0 if bias is None else bias)
+    return softmax_with_sink(scores.masked_fill(~allowed, float("-inf")), sink) @ values, state
