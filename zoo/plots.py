@@ -11,7 +11,8 @@ import pandas as pd
 LINE_STYLES = ("-", "--", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-          "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#e7ba52", "#5254a3")  # no grey: grey is for
+          "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#e7ba52", "#5254a3",
+          "#e6550d", "#6b6ecf", "#b5cf6b", "#d6616b", "#ce6dbd", "#31a354")  # no grey: grey is for
 # variants not ranked; at least as many as the built-ins, so each of them has its own
 
 
