@@ -374,6 +374,8 @@ def test_a_causal_only_variant_is_measured_and_ranked_causal_beside_non_causal_o
     assert len(cases) > 20 and cases.setting.str.contains(" causal").all()  # every case called causal
     theirs = results[(results.variant == "multi-head") & (results.suite == "speed") & (results.check == "time")]
     assert set(theirs["mode"]) == {"full"}
+    timed = results[(results.variant == "forgetting") & (results.suite == "speed") & (results.check == "time")]
+    assert set(timed.n) == set(theirs.n) and len(set(timed.n)) == 3  # its primary mode: every length, as theirs
     assert gate(results)["forgetting"].ranked
     ranked = [line for line in _ranked_tables(_leaderboard(tmp_path)).splitlines() if line.startswith("| ")]
     assert any("forgetting" in line and "(causal" in line for line in ranked)

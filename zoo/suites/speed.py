@@ -111,11 +111,11 @@ def admit_peers(variant, loads, mode, n, dtype):
 _PLANS: dict[tuple, tuple] = {}
 
 
-def lengths_in(profile, mode: str) -> tuple[int, ...]:
-    """The lengths the suite times in ``mode``: causal ones may be fewer (``causal_lengths``: the quick profile
-    times causal at the reference length only)."""
+def lengths_in(profile, mode: str, variant) -> tuple[int, ...]:
+    """The lengths the suite times ``variant`` at in ``mode``: every length in its primary mode; causal as a second
+    mode may be fewer (``causal_lengths``: the quick profile times it at the reference length only)."""
     settings = profile.of(SUITE)
-    if mode != "causal":
+    if mode != "causal" or mode == variant.tags.primary_mode:
         return settings.lengths
     return _causal_lengths(settings.lengths, settings.causal_lengths, settings.reference_length)
 
@@ -135,7 +135,7 @@ def speed_plan(variant, profile, mode):
     made_for, plan = _PLANS.get(key, (None, None))
     if made_for is not variant:
         plan = shared(f"speed|{variant.name}|{mode}|{profile!r}", lambda: plan_lengths(
-            functools.partial(_loads_at, variant, profile, mode), lengths_in(profile, mode), variant,
+            functools.partial(_loads_at, variant, profile, mode), lengths_in(profile, mode, variant), variant,
             {SDPA, comparator(variant)}, profile.of(SUITE).max_call_gflop, profile.of(SUITE).max_call_gib))
         _PLANS[key] = (variant, plan)
     return plan
@@ -763,7 +763,8 @@ SUITE_DEFINITION = zoo.Suite(
     axes=axes, order=30,
     settings={
         "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full", "causal"),
-        # the lengths causal mode is timed at, among ``lengths`` (None: all of them; none of them: the reference)
+        # the lengths causal mode is timed at, among ``lengths``, where it is not the variant's primary mode (None:
+        # all of them; none of them: the reference; a causal-only variant is timed at every length)
         "causal_lengths": (1024,),
         # baselines, floors and peers timed in both modes (False: only in the variant's primary mode, the other
         # timing the variant against the ops it is compared with)
