@@ -1,0 +1,214 @@
+"""Gated linear attention (GLA, Yang et al. 2024): linear attention whose d x d state per head decays by a
+data-dependent gate on each key feature,
+
+    S_t = diag(alpha_t) S_(t-1) + k_t^T v_t,   o_t = q_t S_t / sqrt(d),
+
+with ``alpha_t = sigmoid(x_t W_down W_up + b)^(1 / tau)`` (a low-rank gate, tau = 16 as in the paper).
+
+The fast path is the chunkwise form with every exponent at most 0, so nothing overflows: inside a chunk each
+pair's decay ``exp(b_i - b_j)`` (b the gates' cumulative log within the chunk, j <= i) is taken per key feature on
+a (chunk, chunk, d) tensor; across chunks each chunk's state, its keys decayed to the chunk's end, is carried by a
+loop over chunks and read by the next chunk's queries decayed from its start. Time and memory O(n chunk d), so
+the chunk is small (8): the elementwise decays cost more than the matmuls. The factorised form (queries times exp(b_i), keys times exp(-b_j), one matmul per chunk) is the faster baseline, and
+the one that can overflow when a chunk's gates close. Decoding is the recurrence, the state in float32 at least.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+from zoo.functional import merge_heads, split_heads
+
+
+class GatedLinearAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, gate_rank: int = 16, chunk: int = 8,
+                 normalizer: float = 16.0):
+        super().__init__()
+        for label, value in (("gate_rank", gate_rank), ("chunk", chunk)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        if isinstance(normalizer, bool) or not isinstance(normalizer, (int, float)) or not normalizer > 0:
+            raise ValueError(f"normalizer must be a positive number, got {normalizer!r}")
+        self.d_model, self.num_heads, self.chunk, self.normalizer = d_model, num_heads, chunk, float(normalizer)
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=False)
+                                                                for _ in range(4))
+        for layer in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(layer.weight)
+        self.gate_down = nn.Linear(d_model, gate_rank, bias=False)
+        self.gate_up = nn.Linear(gate_rank, d_model)
+
+    def project(self, query, key, value):
+        """Per head (batch, heads, n, d): queries scaled by 1/sqrt(d), keys, values and the log gates, each
+        position's gate read from its key input (the token written there)."""
+        h = self.num_heads
+        q, k, v = (split_heads(layer(x), h) for layer, x in ((self.q_proj, query), (self.k_proj, key),
+                                                            (self.v_proj, value)))
+        log_alpha = split_heads(F.logsigmoid(self.gate_up(self.gate_down(key))) / self.normalizer, h)
+        return q / math.sqrt(q.shape[-1]), k, v, log_alpha
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=True):
+        return self.out_proj(merge_heads(chunkwise(*self.project(query, key, value), self.chunk, pairwise)))
+
+
+def _in_chunks(size, *tensors):
+    """(batch, heads, n, d) tensors padded to whole chunks, as (batch, heads, chunks, size, d); padded positions
+    write nothing (zero keys) and do not decay (log gate 0)."""
+    pad = -tensors[0].shape[2] % size
+    return [F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, size)) for x in tensors]
+
+
+def pairwise(q, k, within):
+    """Inside chunks, ``sum_f q_if k_jf exp(b_if - b_jf)`` for j <= i (0 above) on a (chunk, chunk, d) tensor of
+    decays, each exponent at most 0."""
+    size = q.shape[-2]
+    later = ~torch.ones(size, size, dtype=torch.bool, device=q.device).tril().unsqueeze(-1)
+    decay = torch.exp((within.unsqueeze(-2) - within.unsqueeze(-3)).masked_fill(later, float("-inf")))
+    return (q.unsqueeze(-2) * k.unsqueeze(-3) * decay).sum(-1)
+
+
+def factorised(q, k, within):
+    """Inside chunks, ``(q exp(b)) (k exp(-b))^T`` masked to j <= i: one matmul per chunk, as the fused chunk
+    kernels compute it (exp(-b) grows as the gates close: it overflows where a chunk's gates multiply below
+    about e^-88 in float32)."""
+    size = q.shape[-2]
+    scores = (q * torch.exp(within)) @ (k * torch.exp(-within)).transpose(-1, -2)
+    return scores.masked_fill(~torch.ones(size, size, dtype=torch.bool, device=q.device).tril(), 0.0)
+
+
+def chunkwise(q, k, v, log_alpha, size, inside):
+    """The chunkwise form on (batch, heads, n, d) inputs; ``inside(q, k, within)`` gives each chunk's scores."""
+    n = q.shape[2]
+    if n == 0:
+        return v * 0.0  # no chunks, and an output still in the graph
+    q, k, v, log_alpha = _in_chunks(size, q, k, v, log_alpha)
+    within = log_alpha.cumsum(dim=-2)  # b_i: the log of the gates' product from the chunk's start to i
+    local = inside(q, k, within) @ v
+    states = (k * torch.exp(within[..., -1:, :] - within)).transpose(-1, -2) @ v  # (b, h, c, d, d_v)
+    carry = torch.exp(within[..., -1, :]).unsqueeze(-1)  # (b, h, c, d, 1): a whole chunk's decay per key feature
+    state, entering = torch.zeros_like(states[:, :, 0]), []
+    for chunk_state, decay in zip(states.unbind(2), carry.unbind(2)):  # views taken at once (see retention)
+        entering.append(state)
+        state = decay * state + chunk_state
+    earlier = (q * torch.exp(within)) @ torch.stack(entering, dim=2)
+    return (local + earlier).flatten(2, 3)[:, :, :n]
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=True):
+    """The parallel form in float64: o_t = sum_{s <= t} sum_f q_tf k_sf exp(sum of log alpha_lf over l = s+1..t)
+    v_s / sqrt(d), each decay summed over an explicit indicator of the positions between."""
+    h, n = module.num_heads, query.shape[1]
+
+    def heads(x):
+        return x.unflatten(-1, (h, -1)).transpose(1, 2)
+
+    q, k, v = (heads(x.double() @ layer.weight.detach().double().T)
+               for x, layer in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)))
+    gate = key.double() @ module.gate_down.weight.detach().double().T @ module.gate_up.weight.detach().double().T
+    log_alpha = heads(F.logsigmoid(gate + module.gate_up.bias.detach().double()) / module.normalizer)
+    t, s, l = torch.arange(n).view(n, 1, 1), torch.arange(n).view(1, n, 1), torch.arange(n).view(1, 1, n)
+    between = ((s < l) & (l <= t)).double()
+    decay = torch.exp(torch.einsum("bhlf,tsl->bhtsf", log_alpha, between)) * (s <= t).double()
+    scores = torch.einsum("bhtf,bhsf,bhtsf->bhts", q, k, decay) / math.sqrt(q.shape[-1])
+    return (scores @ v).transpose(1, 2).flatten(2) @ module.out_proj.weight.detach().double().T
+
+
+def _no_mask(key_mask):
+    if key_mask is not None:
+        raise ValueError("gla takes no key_mask (capability accepts_attn_mask is False)")
+
+
+def prefill(module, query, key, value, key_mask=None):
+    """The chunkwise forward over the prompt, and its state S_p = sum_s diag(prod of alpha over s+1..p) k_s^T v_s."""
+    _no_mask(key_mask)
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    q, k, v, log_alpha = module.project(*(x.to(dtype) for x in (query, key, value)))
+    out = module.out_proj(merge_heads(chunkwise(q, k, v, log_alpha, module.chunk, pairwise))).to(query.dtype)
+    later = log_alpha.flip(2).cumsum(2).flip(2) - log_alpha  # sum of log alpha over s+1..p, per position s
+    return out, {"state": (k * torch.exp(later)).transpose(-1, -2) @ v}
+
+
+def step(module, state, query, key, value, key_mask=None):
+    """The next token: S_t = diag(alpha_t) S_(t-1) + k_t^T v_t in place, o_t = q_t S_t / sqrt(d)."""
+    _no_mask(key_mask)
+    s = state["state"]
+    q, k, v, log_alpha = module.project(*(x.to(s.dtype) for x in (query, key, value)))
+    s.mul_(torch.exp(log_alpha).transpose(-1, -2)).add_(k.transpose(-1, -2) @ v)
+    return module.out_proj(merge_heads(q @ s).to(query.dtype)), state
+
+
+def state_bytes(batch, context, d_model, num_heads, itemsize, **options):
+    return batch * d_model * (d_model // num_heads) * max(itemsize, 4)  # a d x d state per head, float32 at least
+
+
+def recurrent(module):
+    """A baseline: the recurrence token by token, as the model decodes (a Python loop over positions)."""
+
+    def run(query, key, value, attn_mask=None, is_causal=True):
+        q, k, v, log_alpha = module.project(query, key, value)
+        state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+        outputs = []
+        for t in range(q.shape[2]):
+            state = torch.exp(log_alpha[:, :, t]).unsqueeze(-1) * state + k[:, :, t, :, None] * v[:, :, t, None]
+            outputs.append(q[:, :, t, None] @ state)
+        out = torch.cat(outputs, dim=2) if outputs else v * 0.0
+        return module.out_proj(merge_heads(out))
+
+    return run
+
+
+def factorised_chunks(module):
+    """A baseline: the chunkwise form with each chunk's scores as one matmul of rescaled queries and keys."""
+
+    def run(query, key, value, attn_mask=None, is_causal=True):
+        return module.out_proj(merge_heads(chunkwise(*module.project(query, key, value), module.chunk, factorised)))
+
+    return run
+
+
+def flops(batch, q_len, k_len, d_model, num_heads, gate_rank=16, chunk=8, **options):
+    """The projections (q, k, v, out and the low-rank gate), and the chunkwise form's matmuls on the sequence
+    padded to whole chunks: the chunk scores times v, the chunk states and their reads. The per-feature decays
+    inside chunks are elementwise (n chunk d_model multiply-adds), which a FLOP counter does not count."""
+    padded = -(-q_len // chunk) * chunk
+    projections = 2.0 * batch * q_len * (4 * d_model * d_model + 2 * d_model * gate_rank)
+    return projections + 2.0 * batch * padded * (chunk * d_model + 2 * d_model * (d_model // num_heads))
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(
+        name="gla",
+        summary="Gated linear attention: a d x d state per head decayed by a data-dependent gate per key feature, "
+                "chunkwise.",
+        family="linear",
+        citation="Yang, Wang, Shen, Panda & Kim 2024, Gated Linear Attention Transformers with Hardware-Efficient "
+                 "Training (ICML)",
+        departures=(
+            zoo.Departure("omission", "the attention core only: no per-head output norm, no swish output gate "
+                                      "and no short convolution"),
+            zoo.Departure("convention", "keys as wide as values (the paper halves the key width, expand_k = 0.5); "
+                                        "the gate reads the key input (the token written at t); projections "
+                                        "Xavier-uniform without biases"),
+        ),
+        factory=GatedLinearAttention,
+        reference=reference,
+        tags=zoo.Tags(has_parameters=True, causal_only=True, accepts_attn_mask=False, allows_different_lengths=False,
+                      key_order_invariant=False),
+        complexity=zoo.Complexity(time=1, memory=1),
+        options={"gate_rank": 16, "chunk": 8, "normalizer": 16.0},
+        check_options={"gate_rank": 3, "chunk": 4},
+        baselines={"recurrent": recurrent, "factorised-chunks": factorised_chunks},
+        best_known="factorised-chunks",
+        flops=flops,
+        decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=state_bytes),
+        targets=(
+            zoo.Target("time-ratio", versus="recurrent", at_most=1 / 5, mode="causal", phase="fwd+bwd", n=1024,
+                       note="at least 5x faster than its token-by-token recurrence (the paper's secondary chunking, "
+                            "pairwise decays only inside sub-chunks, is what would reach 10x)"),
+            zoo.Target("decode-growth", at_least=1 / 1.1, at_most=1.1, mode="causal", phase="decode",
+                       note="time per generated token constant within 10% from the shortest timed context to the longest"),
+        ),
+    ))
