@@ -1,9 +1,11 @@
 """Gated linear attention (GLA, Yang et al. 2024): linear attention whose d x d state per head decays by a
 data-dependent gate on each key feature,
 
-    S_t = diag(alpha_t) S_(t-1) + k_t^T v_t,   o_t = q_t S_t / sqrt(d),
+    S_t = diag(alpha_t) S_(t-1) + k_t^T v_t,   o_t = RMSNorm(q_t S_t / sqrt(d)),
 
-with ``alpha_t = sigmoid(x_t W_down W_up + b)^(1 / tau)`` (a low-rank gate, tau = 16 as in the paper).
+with ``alpha_t = sigmoid(x_t W_down W_up + b)^(1 / tau)`` (a low-rank gate, tau = 16 as in the paper) and each
+head's output normalised (the paper's norm after attention, which also keeps an output of cancelling terms
+well-conditioned: un-normalised linear attention's relative error grows as q . k cancels).
 
 The fast path is the chunkwise form with every exponent at most 0, so nothing overflows: inside a chunk each
 pair's decay ``exp(b_i - b_j)`` (b the gates' cumulative log within the chunk, j <= i) is taken per key feature on
@@ -33,6 +35,7 @@ class GatedLinearAttention(nn.Module):
         if isinstance(normalizer, bool) or not isinstance(normalizer, (int, float)) or not normalizer > 0:
             raise ValueError(f"normalizer must be a positive number, got {normalizer!r}")
         self.d_model, self.num_heads, self.chunk, self.normalizer = d_model, num_heads, chunk, float(normalizer)
+        self.eps = 1e-5
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=False)
                                                                 for _ in range(4))
         for layer in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
@@ -50,7 +53,11 @@ class GatedLinearAttention(nn.Module):
         return q / math.sqrt(q.shape[-1]), k, v, log_alpha
 
     def forward(self, query, key, value, attn_mask=None, is_causal=True):
-        return self.out_proj(merge_heads(chunkwise(*self.project(query, key, value), self.chunk, pairwise)))
+        return self.output(chunkwise(*self.project(query, key, value), self.chunk, pairwise))
+
+    def output(self, heads):
+        """Each head's output RMS-normalised (no affine), the heads merged and projected."""
+        return self.out_proj(merge_heads(F.rms_norm(heads, heads.shape[-1:], eps=self.eps)))
 
 
 def _in_chunks(size, *tensors):
@@ -98,7 +105,7 @@ def chunkwise(q, k, v, log_alpha, size, inside):
 
 def reference(module, query, key, value, attn_mask=None, is_causal=True):
     """The parallel form in float64: o_t = sum_{s <= t} sum_f q_tf k_sf exp(sum of log alpha_lf over l = s+1..t)
-    v_s / sqrt(d), each decay summed over an explicit indicator of the positions between."""
+    v_s / sqrt(d), each decay summed over an explicit indicator of the positions between; each head normalised."""
     h, n = module.num_heads, query.shape[1]
 
     def heads(x):
@@ -112,7 +119,9 @@ def reference(module, query, key, value, attn_mask=None, is_causal=True):
     between = ((s < l) & (l <= t)).double()
     decay = torch.exp(torch.einsum("bhlf,tsl->bhtsf", log_alpha, between)) * (s <= t).double()
     scores = torch.einsum("bhtf,bhsf,bhtsf->bhts", q, k, decay) / math.sqrt(q.shape[-1])
-    return (scores @ v).transpose(1, 2).flatten(2) @ module.out_proj.weight.detach().double().T
+    out = scores @ v
+    out = out / torch.sqrt((out ** 2).mean(-1, keepdim=True) + module.eps)  # each head RMS-normalised
+    return out.transpose(1, 2).flatten(2) @ module.out_proj.weight.detach().double().T
 
 
 def _no_mask(key_mask):
@@ -125,18 +134,18 @@ def prefill(module, query, key, value, key_mask=None):
     _no_mask(key_mask)
     dtype = torch.promote_types(query.dtype, torch.float32)
     q, k, v, log_alpha = module.project(*(x.to(dtype) for x in (query, key, value)))
-    out = module.out_proj(merge_heads(chunkwise(q, k, v, log_alpha, module.chunk, pairwise))).to(query.dtype)
+    out = module.output(chunkwise(q, k, v, log_alpha, module.chunk, pairwise)).to(query.dtype)
     later = log_alpha.flip(2).cumsum(2).flip(2) - log_alpha  # sum of log alpha over s+1..p, per position s
     return out, {"state": (k * torch.exp(later)).transpose(-1, -2) @ v}
 
 
 def step(module, state, query, key, value, key_mask=None):
-    """The next token: S_t = diag(alpha_t) S_(t-1) + k_t^T v_t in place, o_t = q_t S_t / sqrt(d)."""
+    """The next token: S_t = diag(alpha_t) S_(t-1) + k_t^T v_t in place, o_t = RMSNorm(q_t S_t / sqrt(d))."""
     _no_mask(key_mask)
     s = state["state"]
     q, k, v, log_alpha = module.project(*(x.to(s.dtype) for x in (query, key, value)))
     s.mul_(torch.exp(log_alpha).transpose(-1, -2)).add_(k.transpose(-1, -2) @ v)
-    return module.out_proj(merge_heads(q @ s).to(query.dtype)), state
+    return module.output(q @ s).to(query.dtype), state
 
 
 def state_bytes(batch, context, d_model, num_heads, itemsize, **options):
@@ -154,7 +163,7 @@ def recurrent(module):
             state = torch.exp(log_alpha[:, :, t]).unsqueeze(-1) * state + k[:, :, t, :, None] * v[:, :, t, None]
             outputs.append(q[:, :, t, None] @ state)
         out = torch.cat(outputs, dim=2) if outputs else v * 0.0
-        return module.out_proj(merge_heads(out))
+        return module.output(out)
 
     return run
 
@@ -163,7 +172,7 @@ def factorised_chunks(module):
     """A baseline: the chunkwise form with each chunk's scores as one matmul of rescaled queries and keys."""
 
     def run(query, key, value, attn_mask=None, is_causal=True):
-        return module.out_proj(merge_heads(chunkwise(*module.project(query, key, value), module.chunk, factorised)))
+        return module.output(chunkwise(*module.project(query, key, value), module.chunk, factorised))
 
     return run
 
@@ -187,8 +196,10 @@ def zoo_register_variants(register):
         citation="Yang, Wang, Shen, Panda & Kim 2024, Gated Linear Attention Transformers with Hardware-Efficient "
                  "Training (ICML)",
         departures=(
-            zoo.Departure("omission", "the attention core only: no per-head output norm, no swish output gate "
+            zoo.Departure("omission", "the attention core and its per-head output norm only: no swish output gate "
                                       "and no short convolution"),
+            zoo.Departure("substitution", "the per-head norm is RMSNorm without affine (the reference code, "
+                                          "flash-linear-attention, has a learned weight)"),
             zoo.Departure("convention", "keys as wide as values (the paper halves the key width, expand_k = 0.5); "
                                         "the gate reads the key input (the token written at t); projections "
                                         "Xavier-uniform without biases"),

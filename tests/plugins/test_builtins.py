@@ -43,6 +43,20 @@ def _inputs(batch, q_len, k_len, d_model, mask_kind, seed, dtype):
     return q, k, v, mask
 
 
+def _plain_error(variant, module, plain, exact, out, inputs):
+    """The error of plain torch in the working precision: the reference on the rounded inputs and weights and,
+    where the variant's output still errs more than twice that, its most accurate baseline computed in the
+    precision (an output of cancelling terms, e.g. un-normalised linear attention, loses digits in any float32)."""
+    error = relative_error(plain, exact)
+    if relative_error(out, exact) <= 2 * error or not variant.baselines:
+        return error
+    q, k, v, mask, causal = inputs
+    with torch.no_grad():
+        errors = [relative_error(build(module)(q, k, v, attn_mask=mask, is_causal=causal), exact)
+                  for build in variant.baselines.values()]
+    return max(error, min(errors))
+
+
 @pytest.mark.parametrize("name", BUILTINS)
 def test_matches_float64_reference_on_random_shapes(registry, name):
     variant = registry.variant(name)
@@ -65,7 +79,8 @@ def test_matches_float64_reference_on_random_shapes(registry, name):
                 exact = plain
                 assert relative_error(out, exact) <= 1e-10, (dtype, call)
             else:  # FlashAttention's rule: at most twice the error of plain torch in the same precision (or 1e-5)
-                assert relative_error(out, exact) <= max(1e-5, 2 * relative_error(plain, exact)), (dtype, call)
+                assert relative_error(out, exact) <= max(1e-5, 2 * _plain_error(variant, module, plain, exact, out,
+                                                                               (q, k, v, mask, causal))), (dtype, call)
 
     check()
 
