@@ -293,6 +293,34 @@ def softmax_with_sink(scores: Tensor, sink: Tensor) -> Tensor:
     return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
 
 
+def extend_cache(state: dict, new: dict[str, Tensor], key_mask: Tensor | None = None, sequence_dim: int = 2,
+                 name: str = "") -> tuple[dict, int]:
+    """The decode state with the next positions' entries appended: each tensor of ``new`` (``{name}{entry}``,
+    along ``sequence_dim``) and, once a key is masked, the (batch, length) ``{name}key_mask`` (``key_mask``:
+    (batch, t), False for a padding key). Returns the new state and how many positions it held before."""
+    from .decoding import append
+
+    state, (entry, first) = dict(state), next(iter(new.items()))
+    before = state[f"{name}{entry}"].shape[sequence_dim] if f"{name}{entry}" in state else 0
+    for entry, tensor in new.items():
+        state[f"{name}{entry}"] = append(state.get(f"{name}{entry}"), tensor, sequence_dim)
+    if key_mask is not None or f"{name}key_mask" in state:
+        batch, t = first.shape[0], first.shape[sequence_dim]
+        kept = state.get(f"{name}key_mask", torch.ones(batch, before, dtype=torch.bool, device=first.device))
+        added = torch.ones(batch, t, dtype=torch.bool, device=first.device) if key_mask is None else key_mask
+        state[f"{name}key_mask"] = append(kept, added.to(torch.bool), 1)
+    return state, before
+
+
+def cache_allowed(state: dict, t: int, before: int, device: torch.device | str | None = None,
+                  name: str = "") -> Tensor:
+    """Which cached keys each of the last ``t`` queries may attend to: keys up to its own position (the causal
+    forward's alignment), less any masked one; (t, total) or, with a key mask, (batch, 1, t, total)."""
+    mask = state.get(f"{name}key_mask")
+    allowed = torch.ones(t, before + t, dtype=torch.bool, device=device).tril(before)  # query i: keys <= before + i
+    return allowed if mask is None else allowed & mask[:, None, None, :]
+
+
 def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None = None,
                      enable_gqa: bool = False, name: str = "", key_bias: Tensor | None = None,
                      sink: Tensor | None = None) -> tuple[Tensor, dict]:
@@ -305,21 +333,12 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
     padding key. ``key_bias``: (batch, heads, t), a logit added for each new key wherever it is attended to,
     cached beside it as ``{name}key_bias`` (a bias ``b_i + b_j`` needs only its key part: softmax is blind to a
     query's constant). ``sink``: (heads,) logits of learned attention sinks (:func:`softmax_with_sink`), the
-    scores then computed explicitly (a few new positions over the cache). Returns the new positions' outputs (zeros for a query with no key to attend to) and the
-    state.
+    scores then computed explicitly (a few new positions over the cache). Returns the new positions' outputs
+    (zeros for a query with no key to attend to) and the state.
     """
-    from .decoding import append
-
-    state = dict(state)
-    before = 0 if f"{name}k" not in state else state[f"{name}k"].shape[-2]
-    state[f"{name}k"], state[f"{name}v"] = append(state.get(f"{name}k"), k, 2), append(state.get(f"{name}v"), v, 2)
-    batch, t, total = q.shape[0], q.shape[-2], before + k.shape[-2]
-    if key_mask is not None or f"{name}key_mask" in state:
-        kept = state.get(f"{name}key_mask", torch.ones(batch, before, dtype=torch.bool, device=k.device))
-        new = torch.ones(batch, k.shape[-2], dtype=torch.bool, device=k.device) if key_mask is None else key_mask
-        state[f"{name}key_mask"] = append(kept, new.to(torch.bool), 1)
-    if key_bias is not None:
-        state[f"{name}key_bias"] = append(state.get(f"{name}key_bias"), key_bias, 2)
+    new = {"k": k, "v": v, **({"key_bias": key_bias} if key_bias is not None else {})}
+    state, before = extend_cache(state, new, key_mask, sequence_dim=2, name=name)
+    t = q.shape[-2]
     if t == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1]), state
     keys, values = state[f"{name}k"], state[f"{name}v"]
@@ -329,9 +348,7 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
             return F.scaled_dot_product_attention(q, keys, values, enable_gqa=enable_gqa), state
         if before == 0:
             return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=enable_gqa), state
-    allowed = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(before)  # query i sees keys <= before + i
-    if f"{name}key_mask" in state:
-        allowed = allowed & state[f"{name}key_mask"][:, None, None, :]
+    allowed = cache_allowed(state, t, before, q.device, name)
     if sink is None:
         return sdpa_zeroing_empty_rows(q, keys, values, allowed, enable_gqa, bias), state
     if enable_gqa:
