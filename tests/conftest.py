@@ -24,7 +24,7 @@ settings.load_profile("zoo")
 
 BUILTINS = ("additive", "block-sparse", "cross", "differential", "dot-product", "forgetting", "gla", "grouped-query",
             "linear",
-            "linformer", "mamba2", "multi-head",
+            "linformer", "mamba2", "mla", "multi-head",
             "multi-query", "performer", "retention", "rotary", "sinks", "windowed")
 """The built-in variants, in the order `zoo list` gives them: one file each in plugins/."""
 
