@@ -74,6 +74,8 @@ def test_plugins_lists_sources_and_failures(write_plugin):
     (["--lengths", "0,512"], "--lengths: lengths must be positive"),
     (["--option", "windw=3"], "--option: no selected variant has an option 'windw'"),
     (["--filter", "windowed", "--option", "window=0"], "window must be a positive integer, got 0"),
+    (["--filter", "windowed", "--suite", "correctness", "--option", "window=abc"],  # no suite with a shape chosen
+     "window must be a positive integer, got 'abc'"),
     (["--d-model", "100", "--heads", "3"], "--d-model/--heads: the complexity suite's d_model 100 is not divisible by its heads 3"),
     (["--device", "cuda", "--memory-limit", "4"], "--memory-limit: not available with --device cuda"),
 ])

@@ -323,6 +323,7 @@ def _check_variant_settings(registry, names: list[str], profile, suites: list[st
     """Build every selected variant with the run's options at each shape the chosen suites measure now, so a bad
     value is one clear line before any work starts rather than an error row per variant later."""
     from .api import build
+    from .profiles import get_profile
 
     for key in profile.variant_options:
         if not any(key in registry.variant(n).options for n in names):
@@ -336,27 +337,33 @@ def _check_variant_settings(registry, names: list[str], profile, suites: list[st
                 raise OptionError(f"--d-model/--heads: the {suite} suite's d_model {values['d_model']} is not "
                                   f"divisible by its heads {values['heads']}")
             shapes.setdefault((values["d_model"], values["heads"]), suite)
-    for (d_model, heads), suite in shapes.items():
+    quick = get_profile("quick", registry.suites).suites
+    shapes = {shape: (quick[suite]["d_model"], quick[suite]["heads"]) for shape, suite in shapes.items()}
+    if not shapes:  # no chosen suite names a shape (correctness alone): an option's value is still checked
+        shapes[SMALL_SHAPE] = SMALL_SHAPE
+    for (d_model, heads), usual in shapes.items():
         for name in names:
             variant = registry.variant(name).with_defaults(profile.variant_options)
             try:
                 build(variant, d_model=d_model, num_heads=heads)
             except OptionError as exc:
-                if _builds_with_defaults(registry.variant(name), registry.suites, suite):
+                if _builds_with_defaults(registry.variant(name), *usual):
                     raise OptionError(f"--option/--d-model/--heads: {exc}") from None
             except Exception:  # a plugin's own bug, not a bad value: its worker records it as an error row
                 continue
 
 
-def _builds_with_defaults(variant, suites, suite: str) -> bool:
-    """Whether the variant builds with its own option defaults and the quick profile's shapes of ``suite``: if
-    so, a failure with the user's values is the user's (exit 2); if not, it is the plugin's (error rows)."""
-    from .api import build
-    from .profiles import get_profile
+SMALL_SHAPE = (64, 2)
+"""(d_model, heads) the options are checked at when no chosen suite names a shape."""
 
-    values = get_profile("quick", suites).suites[suite]
+
+def _builds_with_defaults(variant, d_model: int, heads: int) -> bool:
+    """Whether the variant builds with its own option defaults at the shape the quick profile would use: if so, a
+    failure with the user's values is the user's (exit 2); if not, it is the plugin's (error rows)."""
+    from .api import build
+
     try:
-        build(variant, d_model=values["d_model"], num_heads=values["heads"])
+        build(variant, d_model=d_model, num_heads=heads)
     except Exception:
         return False
     return True
