@@ -18,7 +18,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import cached_attention, combine_masks, merge_heads, sdpa_zeroing_empty_rows, split_heads
-from zoo.reference import linear, reference_mask, weighted_sum
+from zoo.reference import linear, reference_mask, segment_sums, weighted_sum
 
 
 class ForgettingAttention(nn.Module):
@@ -73,10 +73,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     q, k, v = (linear(x, layer).unflatten(-1, (h, -1)).transpose(1, 2)
                for x, layer in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)))
     log_forget = torch.nn.functional.logsigmoid(linear(query, module.forget_proj)).transpose(1, 2)  # (b, h, n)
-    i, j, l = torch.arange(n).view(n, 1, 1), torch.arange(n).view(1, n, 1), torch.arange(n).view(1, 1, n)
-    between = (j < l) & (l <= i)  # [i, j, l]: the gates between key j and query i
-    bias = torch.einsum("bhl,ijl->bhij", log_forget, between.double())
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + segment_sums(log_forget)
     mask = reference_mask(attn_mask, True, n, n)
     out = weighted_sum(scores, v, mask).transpose(1, 2).flatten(2)
     return linear(out, module.out_proj)

@@ -22,7 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
+from zoo.decoding import refuse_key_mask
 from zoo.functional import merge_heads, split_heads
+from zoo.reference import linear, segment_sums
 
 
 class GatedLinearAttention(nn.Module):
@@ -111,27 +113,21 @@ def reference(module, query, key, value, attn_mask=None, is_causal=True):
     def heads(x):
         return x.unflatten(-1, (h, -1)).transpose(1, 2)
 
-    q, k, v = (heads(x.double() @ layer.weight.detach().double().T)
+    q, k, v = (heads(linear(x, layer))
                for x, layer in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)))
-    gate = key.double() @ module.gate_down.weight.detach().double().T @ module.gate_up.weight.detach().double().T
-    log_alpha = heads(F.logsigmoid(gate + module.gate_up.bias.detach().double()) / module.normalizer)
-    t, s, l = torch.arange(n).view(n, 1, 1), torch.arange(n).view(1, n, 1), torch.arange(n).view(1, 1, n)
-    between = ((s < l) & (l <= t)).double()
-    decay = torch.exp(torch.einsum("bhlf,tsl->bhtsf", log_alpha, between)) * (s <= t).double()
+    log_alpha = heads(F.logsigmoid(linear(linear(key, module.gate_down), module.gate_up)) / module.normalizer)
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    decay = torch.exp(segment_sums(log_alpha.transpose(-1, -2))).permute(0, 1, 3, 4, 2) * causal.double()[..., None]
     scores = torch.einsum("bhtf,bhsf,bhtsf->bhts", q, k, decay) / math.sqrt(q.shape[-1])
     out = scores @ v
     out = out / torch.sqrt((out ** 2).mean(-1, keepdim=True) + module.eps)  # each head RMS-normalised
-    return out.transpose(1, 2).flatten(2) @ module.out_proj.weight.detach().double().T
+    return linear(out.transpose(1, 2).flatten(2), module.out_proj)
 
-
-def _no_mask(key_mask):
-    if key_mask is not None:
-        raise ValueError("gla takes no key_mask (capability accepts_attn_mask is False)")
 
 
 def prefill(module, query, key, value, key_mask=None):
     """The chunkwise forward over the prompt, and its state S_p = sum_s diag(prod of alpha over s+1..p) k_s^T v_s."""
-    _no_mask(key_mask)
+    refuse_key_mask("gla", key_mask)
     dtype = torch.promote_types(query.dtype, torch.float32)
     q, k, v, log_alpha = module.project(*(x.to(dtype) for x in (query, key, value)))
     out = module.output(chunkwise(q, k, v, log_alpha, module.chunk, pairwise)).to(query.dtype)
@@ -141,7 +137,7 @@ def prefill(module, query, key, value, key_mask=None):
 
 def step(module, state, query, key, value, key_mask=None):
     """The next token: S_t = diag(alpha_t) S_(t-1) + k_t^T v_t in place, o_t = RMSNorm(q_t S_t / sqrt(d))."""
-    _no_mask(key_mask)
+    refuse_key_mask("gla", key_mask)
     s = state["state"]
     q, k, v, log_alpha = module.project(*(x.to(s.dtype) for x in (query, key, value)))
     s.mul_(torch.exp(log_alpha).transpose(-1, -2)).add_(k.transpose(-1, -2) @ v)

@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
+from zoo.decoding import refuse_key_mask
 from zoo.functional import merge_heads, split_heads
+from zoo.reference import linear, segment_sums
 
 
 class Mamba2(nn.Module):
@@ -106,28 +108,21 @@ def reference(module, query, key, value, attn_mask=None, is_causal=True):
     """SSD's quadratic form in float64: y_t = sum_{s <= t} (C_t . B_s) L_ts dt_s x_s + D x_t with the decay
     L_ts = exp(sum of dt_l A over l = s+1..t), each sum over an explicit indicator of the positions between."""
     n = query.shape[1]
-    c = query.double() @ module.c_proj.weight.detach().double().T
-    b = key.double() @ module.b_proj.weight.detach().double().T
-    x = (value.double() @ module.x_proj.weight.detach().double().T).unflatten(-1, (module.num_heads, -1)).transpose(1, 2)
-    dt_logit = key.double() @ module.dt_proj.weight.detach().double().T + module.dt_proj.bias.detach().double()
-    dt = F.softplus(dt_logit).transpose(1, 2)  # (b, h, n)
+    c, b = linear(query, module.c_proj), linear(key, module.b_proj)
+    x = linear(value, module.x_proj).unflatten(-1, (module.num_heads, -1)).transpose(1, 2)
+    dt = F.softplus(linear(key, module.dt_proj)).transpose(1, 2)  # (b, h, n)
     log_a = dt * -torch.exp(module.A_log.detach().double()).view(-1, 1)
-    t, s, l = torch.arange(n).view(n, 1, 1), torch.arange(n).view(1, n, 1), torch.arange(n).view(1, 1, n)
-    between = ((s < l) & (l <= t)).double()  # [t, s, l]
-    decay = torch.exp(torch.einsum("bhl,tsl->bhts", log_a, between)) * (s <= t).squeeze(-1).double()
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    decay = torch.exp(segment_sums(log_a)) * causal.double()
     y = ((c @ b.transpose(-1, -2)).unsqueeze(1) * decay) @ (dt.unsqueeze(-1) * x)
     y = y + module.D.detach().double().view(-1, 1, 1) * x
-    return y.transpose(1, 2).flatten(2) @ module.out_proj.weight.detach().double().T
+    return linear(y.transpose(1, 2).flatten(2), module.out_proj)
 
-
-def _no_mask(key_mask):
-    if key_mask is not None:
-        raise ValueError("mamba2 takes no key_mask (capability accepts_attn_mask is False)")
 
 
 def prefill(module, query, key, value, key_mask=None):
     """The chunked forward over the prompt, and its state S_p = sum_s exp(log a_(s+1) + ... + log a_p) dt_s x_s B_s^T."""
-    _no_mask(key_mask)
+    refuse_key_mask("mamba2", key_mask)
     dtype = torch.promote_types(query.dtype, torch.float32)
     c, b, x, dt, log_a = module.project(*(t.to(dtype) for t in (query, key, value)))
     if query.shape[1]:
@@ -143,7 +138,7 @@ def prefill(module, query, key, value, key_mask=None):
 
 def step(module, state, query, key, value, key_mask=None):
     """The next token: S_t = a_t S_(t-1) + dt_t x_t B_t^T in place, y_t = S_t C_t + D x_t."""
-    _no_mask(key_mask)
+    refuse_key_mask("mamba2", key_mask)
     s = state["state"]
     c, b, x, dt, log_a = module.project(*(t.to(s.dtype) for t in (query, key, value)))
     s.mul_(torch.exp(log_a).unsqueeze(-1)).add_((x * dt.unsqueeze(-1)).transpose(-1, -2) @ b.unsqueeze(1))

@@ -18,7 +18,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import cache_allowed, extend_cache, masked_sdpa, merge_heads, sdpa_zeroing_empty_rows, split_heads
-from zoo.reference import reference_mask, softmax_attention
+from zoo.reference import linear, reference_mask, softmax_attention
 
 
 def rotate(x, start: int, base: float):
@@ -78,13 +78,11 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     pair turned by its own 2 x 2 rotation matrix, softmax attention over the keys a query may see."""
     h, r, n = module.num_heads, module.rope_dim, query.shape[1]
 
-    def weight(layer):
-        return layer.weight.detach().double()
+    def heads(x):
+        return x.unflatten(-1, (h, -1)).transpose(1, 2)
 
-    q = (query.double() @ weight(module.q_proj).T).unflatten(-1, (h, -1)).transpose(1, 2)
-    latent = key.double() @ weight(module.kv_down).T
-    k_nope = (latent @ weight(module.k_up).T).unflatten(-1, (h, -1)).transpose(1, 2)
-    v = (latent @ weight(module.v_up).T).unflatten(-1, (h, -1)).transpose(1, 2)
+    q, latent = heads(linear(query, module.q_proj)), linear(key, module.kv_down)
+    k_nope, v = heads(linear(latent, module.k_up)), heads(linear(latent, module.v_up))
     half = r // 2
     turns = torch.zeros(n, r, r, dtype=torch.float64)  # turns[p]: the rotation at position p
     for p in range(n):
@@ -94,12 +92,12 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
             turns[p, i, i], turns[p, i, i + half] = c, -s
             turns[p, i + half, i], turns[p, i + half, i + half] = s, c
     q_rope = torch.einsum("pij,bhpj->bhpi", turns, q[..., -r:])
-    k_rope = torch.einsum("pij,bpj->bpi", turns, key.double() @ weight(module.k_rope).T)
+    k_rope = torch.einsum("pij,bpj->bpi", turns, linear(key, module.k_rope))
     full_q = torch.cat([q[..., :-r], q_rope], dim=-1)
     full_k = torch.cat([k_nope, k_rope.unsqueeze(1).expand(-1, h, -1, -1)], dim=-1)
     mask = reference_mask(attn_mask, is_causal, n, n)
     out = softmax_attention(full_q, full_k, v, mask).transpose(1, 2).flatten(2)
-    return out @ weight(module.out_proj).T
+    return linear(out, module.out_proj)
 
 
 def decode(module, state, query, key, value, key_mask=None):

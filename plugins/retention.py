@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
+from zoo.decoding import refuse_key_mask
 from zoo.functional import merge_heads, split_heads
 
 
@@ -108,15 +109,10 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
     return out.transpose(1, 2).flatten(2)
 
 
-def _no_mask(key_mask):
-    """Refuse a key mask rather than ignore it, as the API refuses attn_mask: retention has no masks."""
-    if key_mask is not None:
-        raise ValueError("retention takes no key_mask (capability accepts_attn_mask is False)")
-
 
 def prefill(module, query, key, value, key_mask=None):
     """The causal forward over the prompt, and its recurrent state S_p = sum_m gamma^(p - 1 - m) k_m^T v_m."""
-    _no_mask(key_mask)
+    refuse_key_mask("retention", key_mask)
     dtype = torch.promote_types(query.dtype, torch.float32)
     q, k, v, gamma = module.heads(*(x.to(dtype) for x in (query, key, value)))
     length = k.shape[2]
@@ -132,7 +128,7 @@ def prefill(module, query, key, value, key_mask=None):
 
 def step(module, state, query, key, value, key_mask=None):
     """The next token: S_t = gamma S_(t-1) + k_t^T v_t in place, o_t = RMSNorm(q_t S_t / sqrt(d)) per head."""
-    _no_mask(key_mask)
+    refuse_key_mask("retention", key_mask)
     s = state["state"]
     q, k, v, gamma = module.heads(*(x.to(s.dtype) for x in (query, key, value)))
     s.mul_(gamma).addcmul_(k.transpose(-2, -1), v)

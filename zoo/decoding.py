@@ -81,6 +81,13 @@ def why_not(variant) -> str | None:
     return "the plugin offers no decoder (zoo.Variant.decoder)"
 
 
+def refuse_key_mask(variant: str, key_mask) -> None:
+    """A decoder of a variant without masks refuses a key mask rather than ignore it, as the API refuses an
+    attn_mask."""
+    if key_mask is not None:
+        raise ValueError(f"{variant} takes no key_mask (capability accepts_attn_mask is False)")
+
+
 def counted_bytes(state: dict) -> int:
     """The bytes of every tensor in a decoder's state, at their live size."""
     import torch

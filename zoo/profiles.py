@@ -85,7 +85,8 @@ PROFILES = {
 
 def _shaped(suite: str, key: str, value, default):
     """An override in the shape of the setting's default: one value where a tuple is expected is a tuple of one
-    (``--set speed.modes=full``); null stays None; text where a number or a flag is expected is an :class:`OptionError`."""
+    (``--set speed.modes=full``); null stays None; text where a number or a flag is expected is an
+    :class:`OptionError`."""
     if value is None:
         return value
     if isinstance(default, tuple) and not isinstance(value, tuple):

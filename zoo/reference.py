@@ -38,6 +38,15 @@ def positive_kernel_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, mask: Ten
     return torch.where(total > 0, (similarity @ v.double()) / torch.where(total > 0, total, 1.0), 0.0)
 
 
+def segment_sums(log_gates: Tensor) -> Tensor:
+    """(..., n) -> (..., n, n) in float64: ``[t, s]`` the sum of ``log_gates`` over positions s+1..t (0 where
+    s >= t: pair it with a causal mask), over an explicit indicator of the positions between, not as a
+    difference of cumulative sums. The log decay from key s to query t of every gated recurrence."""
+    n = log_gates.shape[-1]
+    t, s, l = torch.arange(n).view(n, 1, 1), torch.arange(n).view(1, n, 1), torch.arange(n).view(1, 1, n)
+    return torch.einsum("...l,tsl->...ts", log_gates.double(), ((s < l) & (l <= t)).double())
+
+
 def linear(x: Tensor, layer) -> Tensor:
     """An ``nn.Linear`` layer's map applied to ``x`` in float64 with the layer's own weights (for references
     of layers with projections)."""
