@@ -22,8 +22,8 @@ torch.set_num_threads(1)
 settings.register_profile("zoo", derandomize=True, database=None)
 settings.load_profile("zoo")
 
-BUILTINS = ("additive", "block-sparse", "cross", "differential", "dot-product", "forgetting", "gla", "grouped-query",
-            "linear",
+BUILTINS = ("additive", "block-sparse", "cross", "differential", "dot-product", "forgetting", "gated-deltanet", "gla",
+            "grouped-query", "linear",
             "linformer", "mamba2", "mla", "multi-head",
             "multi-query", "performer", "retention", "rotary", "sinks", "windowed")
 """The built-in variants, in the order `zoo list` gives them: one file each in plugins/."""
