@@ -66,12 +66,20 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(merge_heads(F.rms_norm(heads, heads.shape[-1:], eps=self.eps)))
 
 
+def decays(within, diagonal):
+    """(..., C) -> (..., C, C): the decay exp(within_t - within_s) from s to t for s <= t + ``diagonal``, 0 elsewhere;
+    the exponents above are masked before exp, so none overflows (an overflowed exp times zero is a NaN gradient)."""
+    size = within.shape[-1]
+    later = ~torch.ones(size, size, dtype=torch.bool, device=within.device).tril(diagonal)
+    return torch.exp((within.unsqueeze(-1) - within.unsqueeze(-2)).masked_fill(later, float("-inf")))
+
+
 def ut_transform(k, values, beta, within):
     """Inside each chunk, ``(I + tril(diag(beta) (Gamma * K K^T), -1))^(-1) diag(beta) [V, gamma K]`` by one
     batched triangular solve (the UT transform): the values to write and the keys that read the entering state.
     The solve runs in float32 at least (as the paper's kernels do; torch has no half-precision one on the CPU)."""
     size, work = k.shape[-2], torch.promote_types(k.dtype, torch.float32)
-    gamma = torch.exp(within.unsqueeze(-1) - within.unsqueeze(-2)).tril(-1)  # decay from s to t, s < t
+    gamma = decays(within, -1)
     system = (k @ k.transpose(-1, -2)) * gamma * beta.unsqueeze(-1) + torch.eye(size, dtype=k.dtype, device=k.device)
     solved = torch.linalg.solve_triangular(system.to(work), (beta.unsqueeze(-1) * values).to(work), upper=False,
                                            unitriangular=True)
@@ -82,7 +90,7 @@ def substitution(k, values, beta, within):
     """The same system solved row by row (forward substitution over the chunk's positions), as the reference
     chunk code of flash-linear-attention writes it: C small matmuls per chunk instead of one solve."""
     size = k.shape[-2]
-    gamma = torch.exp(within.unsqueeze(-1) - within.unsqueeze(-2)).tril(-1)
+    gamma = decays(within, -1)
     lower = (k @ k.transpose(-1, -2)) * gamma * beta.unsqueeze(-1)
     right = beta.unsqueeze(-1) * values
     rows = []
@@ -107,7 +115,7 @@ def chunkwise(q, k, v, beta, log_alpha, size, solve, state=None):
     gamma = torch.exp(within).unsqueeze(-1)
     solved = solve(k, torch.cat([v, gamma * k], dim=-1), beta, within)
     values, readers = solved[..., :v.shape[-1]], solved[..., v.shape[-1]:]  # U and W
-    scores = (q @ k.transpose(-1, -2)) * torch.exp(within.unsqueeze(-1) - within.unsqueeze(-2)).tril()
+    scores = (q @ k.transpose(-1, -2)) * decays(within, 0)
     to_end = (k * torch.exp(within[..., -1:] - within).unsqueeze(-1)).transpose(-1, -2)  # decay from s to the end
     carry = torch.exp(within[..., -1]).unsqueeze(-1).unsqueeze(-1)
     outputs = []
