@@ -22,7 +22,7 @@ torch.set_num_threads(1)
 settings.register_profile("zoo", derandomize=True, database=None)
 settings.load_profile("zoo")
 
-BUILTINS = ("additive", "block-sparse", "cross", "differential", "dot-product", "forgetting", "gated-deltanet", "gla",
+BUILTINS = ("additive", "based", "block-sparse", "cross", "differential", "dot-product", "forgetting", "gated-deltanet", "gla",
             "grouped-query", "linear",
             "linformer", "mamba2", "mla", "multi-head",
             "multi-query", "performer", "retention", "rotary", "sinks", "windowed")

@@ -1,0 +1,258 @@
+"""Based (Arora et al. 2024): linear attention with a second-order Taylor feature map, beside a small exact
+sliding window of softmax attention,
+
+    y_i = sum_(j <= i) w_ij v_j / sum_(j <= i) w_ij,   w_ij = 1 + s_ij + s_ij^2 / 2,   s_ij = q_i . k_j / sqrt(f),
+
+on queries and keys projected to ``feature_dim`` = f features per head (16 in the paper): the weight is
+exp(s)'s Taylor expansion to second order, positive for every s, and equals phi(q_i) . phi(k_j) for the feature
+map phi(x) = [1, x / f^(1/4), (x outer x) / sqrt(2 f)], so the linear form keeps a state of
+(1 + f + f (f + 1) / 2) x (d + 1) numbers per head whatever the context (each unordered pair of features once). The window branch is softmax attention over the
+``window`` keys before each query and its own (0 <= i - j <= window), with queries and keys of its own and the
+same values; the layer outputs the sum of the two branches. The feature size and the window are the dials of
+the state a sequence keeps (the recall-versus-state trade-off the paper is about).
+
+Fast path: the linear branch on chunks (``zoo.functional.kernel_attention``: prefix states between chunks, the
+Taylor weights inside them), the window branch on query blocks of ``window`` that each attend their own and the
+previous block's keys under one band mask in fused SDPA; O(n) time and memory. Decoding keeps the linear
+branch's state (float32 at least) and the last ``window`` window keys and values.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+from zoo.decoding import append, refuse_key_mask
+from zoo.functional import kernel_attention, merge_heads, split_heads
+from zoo.reference import linear, reference_mask, softmax_attention
+
+
+class Based(nn.Module):
+    def __init__(self, d_model: int, num_heads: int = 1, feature_dim: int = 16, window: int = 64, chunk: int = 64):
+        super().__init__()
+        for label, value in (("feature_dim", feature_dim), ("window", window), ("chunk", chunk)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        self.d_model, self.num_heads = d_model, num_heads
+        self.feature_dim, self.window, self.chunk = feature_dim, window, chunk
+        self.q_features, self.k_features = (nn.Linear(d_model, num_heads * feature_dim, bias=False)
+                                            for _ in range(2))
+        self.q_window, self.k_window, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=False)
+                                                                    for _ in range(4))
+        for layer in (self.q_features, self.k_features, self.q_window, self.k_window, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(layer.weight)
+
+    def project(self, query, key, value):
+        """Per head (batch, heads, n, .): the Taylor features of the queries and keys, the window branch's queries
+        and keys, and the values."""
+        h = self.num_heads
+        return (taylor(split_heads(self.q_features(query), h)), taylor(split_heads(self.k_features(key), h)),
+                split_heads(self.q_window(query), h), split_heads(self.k_window(key), h),
+                split_heads(self.v_proj(value), h))
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=True):
+        fq, fk, q, k, v = self.project(query, key, value)
+        linear_branch = kernel_attention(fq, fk, v, is_causal=True, chunk=self.chunk)
+        return self.out_proj(merge_heads(linear_branch + sliding_window(q, k, v, self.window)))
+
+
+def taylor(x):
+    """phi(x) = [1, x / f^(1/4), x_a x_b / sqrt(f) for a < b, x_a^2 / sqrt(2 f)] on the last dimension (f
+    features): phi(q) . phi(k) = 1 + q.k / sqrt(f) + (q.k)^2 / (2 f), the Taylor expansion of exp(q.k / sqrt(f))
+    to second order. Each unordered pair (a, b) is kept once: 1 + f + f (f + 1) / 2 features, where the paper's
+    vec(x x^T) / sqrt(2 f) keeps both orders (1 + f + f^2, the same kernel in a state 1.8x larger at f = 16)."""
+    f = x.shape[-1]
+    first, second = torch.triu_indices(f, f, device=x.device)
+    scale = x.new_full(first.shape, 1 / math.sqrt(f)).masked_fill(first == second, 1 / math.sqrt(2 * f))
+    return torch.cat([torch.ones_like(x[..., :1]), x / f ** 0.25, x[..., first] * x[..., second] * scale], dim=-1)
+
+
+def sliding_window(q, k, v, window):
+    """Causal softmax attention over 0 <= i - j <= window on (batch, heads, n, d): query blocks of ``window``,
+    each against its own and the previous block's keys (2 window keys) under one band mask, in fused SDPA."""
+    batch, heads, n, width = q.shape
+    if n == 0:
+        return v * 0.0  # an output still in the graph
+    blocks = -(-n // window)
+    pad = blocks * window - n
+
+    def spans(x):  # (batch * blocks, heads, 2 window, d): the previous block's positions, then the block's own
+        x = F.pad(x, (0, 0, window, pad)).unflatten(2, (blocks + 1, window))
+        return torch.cat([x[:, :, :-1], x[:, :, 1:]], dim=3).transpose(1, 2).flatten(0, 1)
+
+    queries = F.pad(q, (0, 0, 0, pad)).unflatten(2, (blocks, window)).transpose(1, 2).flatten(0, 1)
+    r = torch.arange(window, device=q.device).view(1, window, 1)
+    c = torch.arange(2 * window, device=q.device).view(1, 1, -1)
+    first = torch.arange(blocks, device=q.device).view(blocks, 1, 1) == 0
+    band = (c - r >= 0) & (c - r <= window) & ~(first & (c < window))  # (blocks, window, 2 window)
+    mask = band.unsqueeze(1).repeat(batch, 1, 1, 1)  # no key before the sequence's start
+    out = F.scaled_dot_product_attention(queries, spans(k), spans(v), attn_mask=mask)
+    return out.unflatten(0, (batch, blocks)).transpose(1, 2).flatten(2, 3)[:, :, :n]
+
+
+def reference(module, query, key, value, attn_mask=None, is_causal=True):
+    """Both branches in float64 as the paper writes them: the linear branch's weights 1 + s + s^2 / 2 on each
+    (query, key) pair from s = q . k / sqrt(f) (not from a feature map), normalised over j <= i; the window
+    branch a plain softmax over the band 0 <= i - j <= window."""
+    h, n = module.num_heads, query.shape[1]
+
+    def heads(x):
+        return x.unflatten(-1, (h, -1)).transpose(1, 2)
+
+    fq, fk = heads(linear(query, module.q_features)), heads(linear(key, module.k_features))
+    q, k, v = (heads(linear(x, layer)) for x, layer in ((query, module.q_window), (key, module.k_window),
+                                                         (value, module.v_proj)))
+    i = torch.arange(n).view(n, 1)
+    j = torch.arange(n).view(1, n)
+    s = fq @ fk.transpose(-1, -2) / math.sqrt(module.feature_dim)
+    weights = (1 + s + s * s / 2) * (j <= i)
+    linear_branch = (weights @ v) / weights.sum(-1, keepdim=True)
+    band = (i - j >= 0) & (i - j <= module.window)
+    window_branch = softmax_attention(q, k, v, reference_mask(band, False, n, n))
+    return linear(merge_heads(linear_branch + window_branch), module.out_proj)
+
+
+def prefill(module, query, key, value, key_mask=None):
+    """The forward over the prompt; the linear branch's sums phi(k)^T v and phi(k) (float32 at least) and the last
+    ``window`` window keys and values."""
+    refuse_key_mask("based", key_mask)
+    output = module(query, key, value, is_causal=True)
+    dtype = torch.promote_types(query.dtype, torch.float32)
+    fq, fk, q, k, v = module.project(query, key, value)
+    fk, wide = fk.to(dtype), v.to(dtype)
+    kept = max(0, k.shape[2] - module.window)
+    # the cache as a ring: position t's key in slot t % window, so a step overwrites the oldest in place
+    k, v = (torch.roll(x[:, :, kept:], kept % module.window, dims=2) for x in (k, v))
+    state = {"kv": fk.transpose(-1, -2) @ wide, "z": fk.sum(2), "k": append(None, k, 2), "v": append(None, v, 2),
+             "position": query.shape[1]}
+    return output, state
+
+
+def step(module, state, query, key, value, key_mask=None):
+    """The next token: the linear state gains phi(k)^T v and phi(k); the query attends the cached window and its
+    own key; the key then enters the window's cache (in place of the oldest, once the cache is full)."""
+    refuse_key_mask("based", key_mask)
+    fq, fk, q, k, v = module.project(query, key, value)
+    kv, z = state["kv"], state["z"]
+    kv.add_(fk.transpose(-1, -2).to(kv.dtype) @ v.to(kv.dtype))
+    z.add_(fk.squeeze(2).to(z.dtype))
+    fq = fq.to(kv.dtype)
+    linear_branch = ((fq @ kv) / (fq @ z.unsqueeze(-1))).to(query.dtype)
+    window_branch = F.scaled_dot_product_attention(q, torch.cat([state["k"], k], 2), torch.cat([state["v"], v], 2))
+    state = dict(state)
+    if state["k"].shape[2] < module.window:
+        state["k"], state["v"] = append(state["k"], k, 2), append(state["v"], v, 2)
+    else:  # softmax does not care where in the cache a key sits: the newest replaces the oldest
+        slot = state["position"] % module.window
+        state["k"][:, :, slot] = k[:, :, 0]
+        state["v"][:, :, slot] = v[:, :, 0]
+    state["position"] += 1
+    return module.out_proj(merge_heads(linear_branch + window_branch)), state
+
+
+def state_bytes(batch, context, d_model, num_heads, itemsize, feature_dim=16, window=64, **options):
+    features = 1 + feature_dim + feature_dim * (feature_dim + 1) // 2
+    linear_state = batch * num_heads * features * (d_model // num_heads + 1) * max(itemsize, 4)
+    return linear_state + 2 * batch * min(context, window) * d_model * itemsize
+
+
+def _dense_window(module, q, k, v):
+    n = q.shape[2]
+    i = torch.arange(n, device=q.device).view(n, 1)
+    j = torch.arange(n, device=q.device).view(1, n)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=(i - j >= 0) & (i - j <= module.window))
+
+
+def quadratic(module):
+    """A baseline: the parallel form (as the paper's training kernel): the Taylor weights 1 + s + s^2/2 on the
+    (n, n) causal scores from the f-wide queries and keys, the window branch in SDPA with a dense band mask."""
+
+    def run(query, key, value, attn_mask=None, is_causal=True):
+        h = module.num_heads
+        fq, fk = split_heads(module.q_features(query), h), split_heads(module.k_features(key), h)
+        q, k, v = split_heads(module.q_window(query), h), split_heads(module.k_window(key), h), split_heads(
+            module.v_proj(value), h)
+        s = fq @ fk.transpose(-1, -2) / math.sqrt(module.feature_dim)
+        weights = (1 + s + s * s / 2).tril()
+        linear_branch = (weights @ v) / weights.sum(-1, keepdim=True)
+        return module.out_proj(merge_heads(linear_branch + _dense_window(module, q, k, v)))
+
+    return run
+
+
+def recurrent(module):
+    """A baseline: the linear branch token by token (its state updated per position, a Python loop), the window
+    branch in SDPA with a dense band mask."""
+
+    def run(query, key, value, attn_mask=None, is_causal=True):
+        fq, fk, q, k, v = module.project(query, key, value)
+        kv = fk.new_zeros(*fk.shape[:2], fk.shape[-1], v.shape[-1])
+        z = fk.new_zeros(*fk.shape[:2], fk.shape[-1], 1)
+        outputs = []
+        for t in range(fq.shape[2]):
+            kv = kv + fk[:, :, t, :, None] * v[:, :, t, None]
+            z = z + fk[:, :, t, :, None]
+            outputs.append((fq[:, :, t, None] @ kv) / (fq[:, :, t, None] @ z))
+        linear_branch = torch.cat(outputs, dim=2) if outputs else v * 0.0
+        return module.out_proj(merge_heads(linear_branch + _dense_window(module, q, k, v)))
+
+    return run
+
+
+def flops(batch, q_len, k_len, d_model, num_heads, feature_dim=16, window=64, chunk=64, **options):
+    """The projections (two to f features per head, four d_model-wide); the linear branch's chunked matmuls on
+    the sequence padded to whole chunks, with the values widened by a ones column for the normaliser (chunk
+    states, their reads, and the Taylor weights inside chunks times the values); the window branch's SDPA, each
+    block of ``window`` queries against 2 ``window`` keys. The Taylor features themselves are elementwise."""
+    head = d_model // num_heads
+    features = 1 + feature_dim + feature_dim * (feature_dim + 1) // 2
+    padded = -(-q_len // chunk) * chunk
+    blocks = -(-q_len // window) * window
+    projections = 2.0 * batch * q_len * (2 * d_model * num_heads * feature_dim + 4 * d_model * d_model)
+    linear_branch = 2.0 * batch * num_heads * padded * (2 * features * (head + 1) + chunk * features + chunk * (head + 1))
+    window_branch = 4.0 * batch * num_heads * blocks * 2 * window * head
+    return projections + linear_branch + window_branch
+
+
+@zoo.hookimpl
+def zoo_register_variants(register):
+    register(zoo.Variant(
+        name="based",
+        summary="Based: linear attention with a second-order Taylor feature map plus a small exact sliding window; "
+                "the feature size and the window dial the state.",
+        family="linear",
+        citation="Arora, Eyuboglu, Zhang, Timalsina, Alberti, Zinsley, Zou, Rudra & Re 2024, Simple linear "
+                 "attention language models balance the recall-throughput tradeoff (ICML)",
+        departures=(
+            zoo.Departure("substitution", "one layer sums the two branches' outputs (the paper's models interleave "
+                                          "linear-attention layers, sliding-window layers and gated convolutions)"),
+            zoo.Departure("omission", "no short convolutions or gated-convolution layers"),
+            zoo.Departure("convention", "the Taylor features keep each unordered pair of features once (1 + f + "
+                                        "f (f + 1) / 2 features where the paper's code keeps 1 + f + f^2): the same "
+                                        "kernel, a state 0.56x as large at f = 16"),
+            zoo.Departure("convention", "the window reaches window keys back plus the query's own (window + 1 keys, "
+                                        "as the zoo's windowed attention); the window branch has queries and keys of "
+                                        "its own and shares the values; projections Xavier-uniform without biases"),
+        ),
+        factory=Based,
+        reference=reference,
+        tags=zoo.Tags(has_parameters=True, causal_only=True, accepts_attn_mask=False, allows_different_lengths=False,
+                      key_order_invariant=False),
+        complexity=zoo.Complexity(time=1, memory=1),
+        options={"feature_dim": 16, "window": 64, "chunk": 64},
+        check_options={"feature_dim": 3, "window": 3, "chunk": 4},
+        quality_options={"window": 8},
+        baselines={"recurrent": recurrent, "quadratic": quadratic},
+        best_known="quadratic",
+        flops=flops,
+        decoder=zoo.Decoder(prefill=prefill, step=step, growth="window", state_bytes=state_bytes),
+        targets=(
+            zoo.Target("time-ratio", versus="recurrent", at_most=1 / 10, mode="causal", phase="fwd+bwd", n=1024,
+                       note="at least 10x faster than its linear branch token by token"),
+            zoo.Target("decode-growth", at_least=1 / 1.1, at_most=1.1, mode="causal", phase="decode",
+                       note="time per generated token constant within 10% from the shortest timed context to the "
+                            "longest (every timed context is past the window)"),
+        ),
+    ))
