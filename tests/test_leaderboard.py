@@ -194,3 +194,37 @@ def test_overlapping_intervals_tie_a_wide_one_is_marked_and_the_board_states_its
     readme = render(store, run, tmp_path / "board")[0].read_text()
     assert ("Reproducibility: each cell was timed in 3 fresh processes" in readme
             and "2 of 6 of these figures have one wider than 0.1 of their value" in readme), readme  # b: time and ratio
+
+
+def _png(pixels) -> bytes:
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_a_plot_drawn_again_from_the_same_runs_keeps_the_committed_bytes(tmp_path):
+    """Another machine's rounding moves a few anti-aliased pixels by a level: the folder's plot stays as it was.
+    A plot whose drawing changed (a point moved, another size), or none in the folder, takes the new bytes."""
+    import numpy as np
+
+    from zoo.leaderboard import _as_drawn_before
+
+    committed = np.full((100, 100, 3), 255, dtype=np.uint8)
+    committed[40:50, 40:50] = (31, 119, 180)
+    path = tmp_path / "time.png"
+    path.write_bytes(_png(committed))
+    rounded = committed.copy()
+    rounded[45, 50] -= 1  # one anti-aliased pixel a level darker
+    assert _as_drawn_before(path, _png(rounded)) == path.read_bytes()
+    moved = np.full_like(committed, 255)
+    moved[41:51, 40:50] = (31, 119, 180)  # the point one pixel lower
+    assert _as_drawn_before(path, _png(moved)) == _png(moved)
+    assert _as_drawn_before(path, _png(committed[:90])) == _png(committed[:90])
+    assert _as_drawn_before(tmp_path / "none.png", _png(rounded)) == _png(rounded)
+    (tmp_path / "broken.png").write_bytes(b"not a picture")
+    assert _as_drawn_before(tmp_path / "broken.png", _png(rounded)) == _png(rounded)
