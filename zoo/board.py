@@ -247,6 +247,7 @@ class Board:
     stale_jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # jobs of an older source, their rows dropped
     folder: str | None = None  # the board's folder as a reader would type it (the refresh command's --out)
     notes: Footnotes = field(default_factory=Footnotes)
+    _index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, store: Store, run_id: str, suites: dict[str, Suite], folder: str | None = None,
@@ -338,16 +339,27 @@ class Board:
         """The (last) value of ``check`` for ``variant`` at (mode, phase, n), or None; ``versus``: the row about
         (or compared with) that callable instead of the variant's own; ``field``: low or high for the ends of the
         value's interval; ``batch``: the rows at that batch size (a suite that measures at several)."""
-        rows = self.results if rows is None else rows
-        rows = rows[(rows.check == check) & (rows["mode"] == mode) & (rows.phase == phase) & (rows.versus == versus)]
-        if variant is not None:
-            rows = rows[rows.variant == variant]
-        if n is not None:
-            rows = rows[rows.n == n]
-        if batch is not None:
-            rows = rows[rows.batch == batch]
-        rows = rows.dropna(subset=[field])
-        return None if rows.empty else float(rows[field].iloc[-1])
+        if rows is None:
+            records = self._records_of(check, mode, phase, versus)
+        else:
+            chosen = (rows.check == check) & (rows["mode"] == mode) & (rows.phase == phase) & (rows.versus == versus)
+            records = rows[chosen].to_dict("records")
+        for record in reversed(records):
+            if all(wanted is None or (not pd.isna(record[key]) and record[key] == wanted)
+                   for key, wanted in (("variant", variant), ("n", n), ("batch", batch))) and not pd.isna(record[field]):
+                return float(record[field])
+        return None
+
+    def _records_of(self, check: str, mode: str, phase: str, versus: str) -> list[dict]:
+        """The results rows of one (check, mode, phase, versus) as records, in their order, from an index built
+        once per results frame: a render asks :meth:`value` thousands of times, and filtering the whole frame for
+        each was most of its time."""
+        if self._index.get("frame") is not self.results:
+            index = {}
+            for record in self.results.to_dict("records"):
+                index.setdefault(tuple(record[key] for key in ("check", "mode", "phase", "versus")), []).append(record)
+            self._index = {"frame": self.results, "records": index}
+        return self._index["records"].get((check, mode, phase, versus), [])
 
     # --- rows of an older source ------------------------------------------------------------------------
 
