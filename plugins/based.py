@@ -53,7 +53,10 @@ class Based(nn.Module):
                 split_heads(self.v_proj(value), h))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=True):
-        fq, fk, q, k, v = self.project(query, key, value)
+        return self.attend(*self.project(query, key, value))
+
+    def attend(self, fq, fk, q, k, v):
+        """The causal output from the projections: both branches, summed, the heads merged and projected."""
         linear_branch = kernel_attention(fq, fk, v, is_causal=True, chunk=self.chunk)
         return self.out_proj(merge_heads(linear_branch + sliding_window(q, k, v, self.window)))
 
@@ -118,9 +121,9 @@ def prefill(module, query, key, value, key_mask=None):
     """The forward over the prompt; the linear branch's sums phi(k)^T v and phi(k) (float32 at least) and the last
     ``window`` window keys and values."""
     refuse_key_mask("based", key_mask)
-    output = module(query, key, value, is_causal=True)
     dtype = torch.promote_types(query.dtype, torch.float32)
     fq, fk, q, k, v = module.project(query, key, value)
+    output = module.attend(fq, fk, q, k, v)
     fk, wide = fk.to(dtype), v.to(dtype)
     kept = max(0, k.shape[2] - module.window)
     # the cache as a ring: position t's key in slot t % window, so a step overwrites the oldest in place
