@@ -25,7 +25,7 @@ from torch import nn
 
 import zoo
 from zoo.decoding import append, refuse_key_mask
-from zoo.functional import kernel_attention, merge_heads, split_heads
+from zoo.functional import kernel_attention, merge_heads, sliding_window_attention, split_heads
 from zoo.reference import linear, reference_mask, softmax_attention
 
 
@@ -58,7 +58,7 @@ class Based(nn.Module):
     def attend(self, fq, fk, q, k, v):
         """The causal output from the projections: both branches, summed, the heads merged and projected."""
         linear_branch = kernel_attention(fq, fk, v, is_causal=True, chunk=self.chunk)
-        return self.out_proj(merge_heads(linear_branch + sliding_window(q, k, v, self.window)))
+        return self.out_proj(merge_heads(linear_branch + sliding_window_attention(q, k, v, self.window)))
 
 
 def taylor(x):
@@ -70,29 +70,6 @@ def taylor(x):
     first, second = torch.triu_indices(f, f, device=x.device)
     scale = x.new_full(first.shape, 1 / math.sqrt(f)).masked_fill(first == second, 1 / math.sqrt(2 * f))
     return torch.cat([torch.ones_like(x[..., :1]), x / f ** 0.25, x[..., first] * x[..., second] * scale], dim=-1)
-
-
-def sliding_window(q, k, v, window):
-    """Causal softmax attention over 0 <= i - j <= window on (batch, heads, n, d): query blocks of ``window``,
-    each against its own and the previous block's keys (2 window keys) under one band mask, in fused SDPA."""
-    batch, heads, n, width = q.shape
-    if n == 0:
-        return v * 0.0  # an output still in the graph
-    blocks = -(-n // window)
-    pad = blocks * window - n
-
-    def spans(x):  # (batch * blocks, heads, 2 window, d): the previous block's positions, then the block's own
-        x = F.pad(x, (0, 0, window, pad)).unflatten(2, (blocks + 1, window))
-        return torch.cat([x[:, :, :-1], x[:, :, 1:]], dim=3).transpose(1, 2).flatten(0, 1)
-
-    queries = F.pad(q, (0, 0, 0, pad)).unflatten(2, (blocks, window)).transpose(1, 2).flatten(0, 1)
-    r = torch.arange(window, device=q.device).view(1, window, 1)
-    c = torch.arange(2 * window, device=q.device).view(1, 1, -1)
-    first = torch.arange(blocks, device=q.device).view(blocks, 1, 1) == 0
-    band = (c - r >= 0) & (c - r <= window) & ~(first & (c < window))  # (blocks, window, 2 window)
-    mask = band.unsqueeze(1).repeat(batch, 1, 1, 1)  # no key before the sequence's start
-    out = F.scaled_dot_product_attention(queries, spans(k), spans(v), attn_mask=mask)
-    return out.unflatten(0, (batch, blocks)).transpose(1, 2).flatten(2, 3)[:, :, :n]
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=True):

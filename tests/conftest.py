@@ -25,7 +25,7 @@ settings.load_profile("zoo")
 BUILTINS = ("additive", "based", "block-sparse", "cross", "differential", "dot-product", "forgetting", "gated-deltanet", "gla",
             "grouped-query", "linear",
             "linformer", "mamba2", "mla", "multi-head",
-            "multi-query", "performer", "retention", "rotary", "sinks", "windowed")
+            "multi-query", "native-sparse", "performer", "retention", "rotary", "sinks", "windowed")
 """The built-in variants, in the order `zoo list` gives them: one file each in plugins/."""
 
 

@@ -293,6 +293,30 @@ def softmax_with_sink(scores: Tensor, sink: Tensor) -> Tensor:
     return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
 
 
+def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:
+    """Causal softmax attention over the band 0 <= i - j <= ``window`` on (batch, heads, n, d), in O(n window):
+    query blocks of ``window``, each against its own and the previous block's keys (2 window keys) under one band
+    mask, in fused SDPA (nothing (n, n) is built)."""
+    batch, heads, n, width = q.shape
+    if n == 0:
+        return v * 0.0  # an output still in the graph
+    blocks = -(-n // window)
+    pad = blocks * window - n
+
+    def spans(x):  # (batch * blocks, heads, 2 window, d): the previous block's positions, then the block's own
+        x = F.pad(x, (0, 0, window, pad)).unflatten(2, (blocks + 1, window))
+        return torch.cat([x[:, :, :-1], x[:, :, 1:]], dim=3).transpose(1, 2).flatten(0, 1)
+
+    queries = F.pad(q, (0, 0, 0, pad)).unflatten(2, (blocks, window)).transpose(1, 2).flatten(0, 1)
+    r = torch.arange(window, device=q.device).view(1, window, 1)
+    c = torch.arange(2 * window, device=q.device).view(1, 1, -1)
+    first = torch.arange(blocks, device=q.device).view(blocks, 1, 1) == 0
+    band = (c - r >= 0) & (c - r <= window) & ~(first & (c < window))  # (blocks, window, 2 window)
+    mask = band.unsqueeze(1).repeat(batch, 1, 1, 1)  # no key before the sequence's start
+    out = F.scaled_dot_product_attention(queries, spans(k), spans(v), attn_mask=mask)
+    return out.unflatten(0, (batch, blocks)).transpose(1, 2).flatten(2, 3)[:, :, :n]
+
+
 def extend_cache(state: dict, new: dict[str, Tensor], key_mask: Tensor | None = None, sequence_dim: int = 2,
                  name: str = "") -> tuple[dict, int]:
     """The decode state with the next positions' entries appended: each tensor of ``new`` (``{name}{entry}``,

@@ -15,7 +15,7 @@ from conftest import BUILTINS
 SMALL_OPTIONS = {"windowed": {"window": 3, "block": 4}, "linear": {"chunk": 4}, "additive": {"chunk_rows": 3},
                  "performer": {"features": 16, "chunk": 4}, "retention": {"chunk": 4},
                  "block-sparse": {"block": 2, "random_blocks": 1},
-                 "linformer": {"proj_len": 4, "max_len": 32}}
+                 "linformer": {"proj_len": 4, "max_len": 32}, "native-sparse": {"block": 3, "selected": 2, "window": 2}}
 
 
 @st.composite
