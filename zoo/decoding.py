@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     import torch
 
 GROWTHS = {
-    "token": "grows by the same bytes with every token of context (a KV cache)",
+    "token": "grows with the context without bound, by a token's worth per step (a KV cache) or by whole blocks "
+             "in a repeating pattern (a cache that compresses complete blocks)",
     "window": "grows with every token until its window is full, then stays the same size",
     "fixed": "the same size at every context length (a recurrent state, or a cached fixed context)",
 }

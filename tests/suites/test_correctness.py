@@ -545,3 +545,15 @@ def test_a_wrong_cache_is_caught_by_the_decode_check_naming_where(registry, name
     failed = [r for r in run(registry, "decoding", make_variant(Attention, decoder=decoder(step, state_bytes=None)))
               if r.status == FAILED]
     assert failed and all("first wrong position" in r.detail for r in failed), failed
+
+
+def test_token_growth_allows_blocks_but_not_a_state_that_stops_growing():
+    from zoo.suites.correctness import _growth_problem
+
+    kv_cache = [100 * t for t in range(21)]
+    blocks = [100 * t + 40 * (t // 4) - 30 * (t % 4) for t in range(21)]  # raw tokens compressed every 4
+    stops = [100 * min(t, 8) for t in range(21)]  # a window's cache, declared as a growing one
+    assert _growth_problem("token", kv_cache) is None
+    assert _growth_problem("token", blocks) is None
+    assert "added no bytes" in _growth_problem("token", stops)
+    assert _growth_problem("token", [0] * 21) is not None
