@@ -61,11 +61,24 @@ class NativeSparseAttention(nn.Module):
 
     def project(self, query, key, value):
         """The per-head queries (batch, heads, n, d); each branch's keys and values (batch, n, d), as a dict
-        ``{"k_cmp": ..., "v_cmp": ..., ...}``; the gates (3, batch, heads, n, 1), compression, selection, window."""
-        q = split_heads(self.q_proj(query), self.num_heads)
-        kv = {f"{kind}_{branch}": getattr(self, f"{kind}_{branch}")(x)
-              for branch in BRANCHES for kind, x in (("k", key), ("v", value))}
-        gates = torch.sigmoid(self.gate(query)).unflatten(-1, (3, self.num_heads)).permute(2, 0, 3, 1).unsqueeze(-1)
+        ``{"k_cmp": ..., "v_cmp": ..., ...}``; the gates (3, batch, heads, n, 1), compression, selection, window.
+        Layers that read the same input run as one matmul of their stacked weights (all eleven outputs at once
+        in self-attention, where query, key and value are one tensor)."""
+        names = ("q_proj", "gate") + tuple(f"{kind}_{branch}" for kind in "kv" for branch in BRANCHES)
+        sources = {"q_proj": query, "gate": query, **{name: key if name[0] == "k" else value for name in names[2:]}}
+        outputs = {}
+        for source in {id(x): x for x in sources.values()}.values():
+            layers = [name for name in names if sources[name] is source]
+            weights = torch.cat([getattr(self, name).weight for name in layers])
+            biases = [getattr(self, name).bias for name in layers]
+            bias = None if all(b is None for b in biases) else torch.cat(
+                [b if b is not None else weights.new_zeros(getattr(self, name).out_features)
+                 for name, b in zip(layers, biases)])
+            fused = F.linear(source, weights, bias).split([getattr(self, name).out_features for name in layers], -1)
+            outputs.update(zip(layers, fused))
+        q = split_heads(outputs["q_proj"], self.num_heads)
+        kv = {name: outputs[name] for name in names[2:]}
+        gates = torch.sigmoid(outputs["gate"]).unflatten(-1, (3, self.num_heads)).permute(2, 0, 3, 1).unsqueeze(-1)
         return q, kv, gates
 
     def compress(self, keys, values):
@@ -84,9 +97,7 @@ class NativeSparseAttention(nn.Module):
         compressed_k, compressed_v = self.compress(kv["k_cmp"], kv["v_cmp"])
         cmp, importance = compressed_attention(q, compressed_k, compressed_v, self.block)
         slc = selected_attention(q, kv["k_slc"], kv["v_slc"], importance, self.block, self.selected)
-        heads = q.shape[1]
-        win = sliding_window_attention(q, *(kv[name].unsqueeze(1).expand(-1, heads, -1, -1)
-                                            for name in ("k_win", "v_win")), self.window)
+        win = sliding_window_attention(q, kv["k_win"].unsqueeze(1), kv["v_win"].unsqueeze(1), self.window)
         return self.out_proj(merge_heads(gates[0] * cmp + gates[1] * slc + gates[2] * win))
 
 
@@ -102,10 +113,11 @@ def compressed_attention(q, keys, values, block):
     t = torch.arange(first, n, device=q.device)
     visible = torch.arange(blocks, device=q.device) < torch.div(t + 1, block, rounding_mode="floor").unsqueeze(1)
     wide = importance.dtype  # the ranking in float32 at least: low precision would tie blocks it need not
-    scores = (q[:, :, first:].to(wide) @ keys.unsqueeze(1).transpose(-1, -2).to(wide)) / math.sqrt(q.shape[-1])
-    importance[:, first:] = scores.detach().sum(1)
-    weights = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)  # every row sees a block
-    out = weights.to(q.dtype) @ values.unsqueeze(1)
+    with torch.no_grad():  # sum_h q_h . k = (sum_h q_h) . k: one matmul, not one per head; a ranking has no gradient
+        summed = q[:, :, first:].to(wide).sum(1)
+        importance[:, first:] = summed @ keys.to(wide).transpose(-1, -2) / math.sqrt(q.shape[-1])
+    out = F.scaled_dot_product_attention(q[:, :, first:], *(x.unsqueeze(1).expand(-1, heads, -1, -1)
+                                                             for x in (keys, values)), attn_mask=visible)
     return F.pad(out, (0, 0, first, 0)), importance
 
 
@@ -115,7 +127,7 @@ def selected_blocks(importance, n, block, selected):
     fewer candidates than ``selected`` has filler entries)."""
     batch = importance.shape[0]
     own = torch.div(torch.arange(n, device=importance.device), block, rounding_mode="floor")
-    top = min(selected, importance.shape[-1])
+    top = min(selected, max(0, n - 1) // block)  # the last query's candidates: no query has more
     candidate = torch.arange(importance.shape[-1], device=importance.device) < own.unsqueeze(1)
     ranked = importance.masked_fill(~candidate, float("-inf"))  # finite for every candidate
     values, indices = ranked.topk(top, dim=-1) if top else (ranked[..., :0], own.new_zeros(batch, n, 0))
@@ -290,15 +302,16 @@ def dense_masks(module):
 
 def flops(batch, q_len, k_len, d_model, num_heads, block=64, selected=3, window=64, **options):
     """The projections (queries and output d_model wide, six one-head keys and values, the gates, the two block
-    compressors); the compression branch's two matmuls on the (n - block + 1, n // block) scores; the selection
-    branch's SDPA, each query's heads against (min(selected, n // block) + 1) blocks; the window branch's SDPA,
+    compressors); the compression branch's SDPA on (n - block + 1, n // block) scores and the one matmul that ranks
+    the blocks (the queries summed over the heads first); the selection
+    branch's SDPA, each query's heads against (min(selected, (n - 1) // block) + 1) blocks; the window branch's SDPA,
     each block of ``window`` queries against 2 ``window`` keys."""
     head = d_model // num_heads
     blocks = q_len // block
     projections = 2.0 * batch * q_len * d_model * (2 * d_model + 6 * head + 3 * num_heads)
     compressors = 2 * 2.0 * batch * blocks * block * head * head
-    compression = 4.0 * batch * num_heads * max(0, q_len - block + 1) * blocks * head if blocks else 0.0
-    selection = 4.0 * batch * q_len * num_heads * (min(selected, blocks) + 1) * block * head
+    compression = (4.0 * num_heads + 2.0) * batch * max(0, q_len - block + 1) * blocks * head if blocks else 0.0
+    selection = 4.0 * batch * q_len * num_heads * (min(selected, max(0, q_len - 1) // block) + 1) * block * head
     windows = 4.0 * batch * num_heads * -(-q_len // window) * window * 2 * window * head
     return projections + compressors + compression + selection + windows
 

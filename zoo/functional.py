@@ -296,10 +296,12 @@ def softmax_with_sink(scores: Tensor, sink: Tensor) -> Tensor:
 def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:
     """Causal softmax attention over the band 0 <= i - j <= ``window`` on (batch, heads, n, d), in O(n window):
     query blocks of ``window``, each against its own and the previous block's keys (2 window keys) under one band
-    mask, in fused SDPA (nothing (n, n) is built)."""
+    mask, in fused SDPA (nothing (n, n) is built). Keys and values of one head serve every query head (as in
+    multi-query attention): the heads then become rows of one SDPA call, so the keys are not copied per head."""
     batch, heads, n, width = q.shape
     if n == 0:
-        return v * 0.0  # an output still in the graph
+        return q * 0.0 + v.sum() * 0.0  # an output still in the graph
+    shared = k.shape[1] == 1 and heads > 1
     blocks = -(-n // window)
     pad = blocks * window - n
 
@@ -308,12 +310,18 @@ def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Te
         return torch.cat([x[:, :, :-1], x[:, :, 1:]], dim=3).transpose(1, 2).flatten(0, 1)
 
     queries = F.pad(q, (0, 0, 0, pad)).unflatten(2, (blocks, window)).transpose(1, 2).flatten(0, 1)
+    if shared:  # (batch * blocks, 1, window * heads, d): position-major rows, each position's heads together
+        queries = queries.transpose(1, 2).flatten(1, 2).unsqueeze(1)
     r = torch.arange(window, device=q.device).view(1, window, 1)
     c = torch.arange(2 * window, device=q.device).view(1, 1, -1)
     first = torch.arange(blocks, device=q.device).view(blocks, 1, 1) == 0
     band = (c - r >= 0) & (c - r <= window) & ~(first & (c < window))  # (blocks, window, 2 window)
+    if shared:
+        band = band.repeat_interleave(heads, dim=1)
     mask = band.unsqueeze(1).repeat(batch, 1, 1, 1)  # no key before the sequence's start
     out = F.scaled_dot_product_attention(queries, spans(k), spans(v), attn_mask=mask)
+    if shared:
+        out = out.view(batch * blocks, window, heads, width).transpose(1, 2)
     return out.unflatten(0, (batch, blocks)).transpose(1, 2).flatten(2, 3)[:, :, :n]
 
 
