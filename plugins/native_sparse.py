@@ -15,9 +15,10 @@ GQA group shares them in the paper), ``g = sigmoid(W_g x_t + b_g)`` per head and
 
 Per query, the branches read n / l compressed keys, (``selected`` + 1) l selected keys and ``window`` + 1 window
 keys: O(n (n / l + selected l + window)) time, the compression branch being the one quadratic term (divided by
-l, as in the paper). Fast path: the compression branch as two matmuls on (n, n / l) scores; the selection branch
-gathers each query's blocks (queries in chunks, so the gathered keys stay small) and runs fused SDPA with the
-query's heads as its rows; the window branch on blocks of ``window`` queries (``zoo.functional``). Decoding keeps
+l, as in the paper). Fast path: the compression branch as one fused SDPA under its (n, n / l) block mask, and
+one matmul of the queries summed over the heads for the ranking; the selection branch gathers each query's blocks
+(queries in chunks, so the gathered keys stay small) and runs fused SDPA with the query's heads as its rows; the
+window branch on blocks of ``window`` queries, the heads again rows (``zoo.functional``). Decoding keeps
 every selection key and value (the selection may pick any block), the window's last keys, the compressed keys
 and values, and the raw keys and values of the block not yet complete.
 """
@@ -62,8 +63,8 @@ class NativeSparseAttention(nn.Module):
     def project(self, query, key, value):
         """The per-head queries (batch, heads, n, d); each branch's keys and values (batch, n, d), as a dict
         ``{"k_cmp": ..., "v_cmp": ..., ...}``; the gates (3, batch, heads, n, 1), compression, selection, window.
-        Layers that read the same input run as one matmul of their stacked weights (all eleven outputs at once
-        in self-attention, where query, key and value are one tensor)."""
+        Layers that read the same input run as one matmul of their stacked weights (all eight at once in
+        self-attention, where query, key and value are one tensor)."""
         names = ("q_proj", "gate") + tuple(f"{kind}_{branch}" for kind in "kv" for branch in BRANCHES)
         sources = {"q_proj": query, "gate": query, **{name: key if name[0] == "k" else value for name in names[2:]}}
         outputs = {}
