@@ -1,6 +1,7 @@
 """The shared helpers plugins build on: masked SDPA gives zeros (and finite gradients) for rows that may
 attend to nothing, and always hands torch SDPA a 4-D mask its fused kernels take."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -48,3 +49,18 @@ def test_windowed_and_block_sparse_edges_hand_sdpa_4d_masks(monkeypatch):
         masks = [shape for shape in seen if shape is not None]
         assert masks and all(len(shape) == 4 for shape in masks), (name, seen)
         monkeypatch.undo()
+
+
+@pytest.mark.parametrize("n, window, key_heads", [(1, 3, 1), (7, 3, 1), (13, 4, 3), (16, 4, 1), (5, 8, 1)])
+def test_sliding_window_attention_is_softmax_over_the_band_with_shared_or_own_key_heads(n, window, key_heads):
+    """Blocked and padded as it is, it equals softmax over 0 <= i - j <= window in float64; keys of one head serve
+    every query head (the heads folded into rows) as they would repeated per head."""
+    from zoo.functional import sliding_window_attention
+
+    torch.manual_seed(n * 10 + window)
+    q = torch.randn(2, 3, n, 4, dtype=torch.float64)
+    k, v = (torch.randn(2, key_heads, n, 4, dtype=torch.float64) for _ in range(2))
+    i, j = torch.arange(n).view(n, 1), torch.arange(n).view(1, n)
+    band = (i - j >= 0) & (i - j <= window)
+    expected = softmax_attention(q, k.expand(2, 3, n, 4), v.expand(2, 3, n, 4), band)
+    assert torch.allclose(sliding_window_attention(q, k, v, window), expected, atol=1e-12)
