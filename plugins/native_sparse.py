@@ -62,30 +62,42 @@ class NativeSparseAttention(nn.Module):
 
     def project(self, query, key, value):
         """The per-head queries (batch, heads, n, d); each branch's keys and values (batch, n, d), as a dict
-        ``{"k_cmp": ..., "v_cmp": ..., ...}``; the gates (3, batch, heads, n, 1), compression, selection, window.
-        Layers that read the same input run as one matmul of their stacked weights (all eight at once in
-        self-attention, where query, key and value are one tensor)."""
-        names = ("q_proj", "gate") + tuple(f"{kind}_{branch}" for kind in "kv" for branch in BRANCHES)
-        sources = {"q_proj": query, "gate": query, **{name: key if name[0] == "k" else value for name in names[2:]}}
+        ``{"k_cmp": ..., "v_cmp": ..., ...}``, with ``"rank_q"``, the queries summed over the heads (batch, n, d);
+        the gates (3, batch, heads, n, 1), compression, selection, window. What ranks the blocks (the compression
+        keys and the summed queries) is computed in float32 at least: in bfloat16 the ranking would otherwise
+        choose other blocks than the exact one at near-ties a 1/256 rounding cannot tell apart. Layers that read
+        the same input at the same precision run as one matmul of their stacked weights (all eight at once in
+        float32 self-attention, where query, key and value are one tensor)."""
+        low, wide = query.dtype, torch.promote_types(query.dtype, torch.float32)
+        layers = {"q_proj": (query, low), "gate": (query, low), "k_cmp": (key, wide),
+                  **{f"{kind}_{branch}": (key if kind == "k" else value, low)
+                     for branch in BRANCHES for kind in "kv" if (kind, branch) != ("k", "cmp")}}
         outputs = {}
-        for source in {id(x): x for x in sources.values()}.values():
-            layers = [name for name in names if sources[name] is source]
-            weights = torch.cat([getattr(self, name).weight for name in layers])
-            biases = [getattr(self, name).bias for name in layers]
-            bias = None if all(b is None for b in biases) else torch.cat(
-                [b if b is not None else weights.new_zeros(getattr(self, name).out_features)
-                 for name, b in zip(layers, biases)])
-            fused = F.linear(source, weights, bias).split([getattr(self, name).out_features for name in layers], -1)
-            outputs.update(zip(layers, fused))
-        q = split_heads(outputs["q_proj"], self.num_heads)
-        kv = {name: outputs[name] for name in names[2:]}
-        gates = torch.sigmoid(outputs["gate"]).unflatten(-1, (3, self.num_heads)).permute(2, 0, 3, 1).unsqueeze(-1)
-        return q, kv, gates
+        if low != wide:  # sum_h q_h = query (sum_h W_h)^T, in float32 from the inputs
+            summed = self.q_proj.weight.to(wide).view(self.num_heads, self.d_model // self.num_heads, -1).sum(0)
+            outputs["rank_q"] = F.linear(query.to(wide), summed)
+        groups = {}
+        for name, (source, dtype) in layers.items():
+            groups.setdefault((id(source), dtype), (source, dtype, []))[2].append(name)
+        for source, dtype, names in groups.values():
+            modules = [getattr(self, name) for name in names]
+            weights = torch.cat([m.weight for m in modules]).to(dtype)
+            bias = None if all(m.bias is None for m in modules) else torch.cat(
+                [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in modules]).to(dtype)
+            fused = F.linear(source.to(dtype), weights, bias).split([m.out_features for m in modules], -1)
+            outputs.update(zip(names, fused))
+        q = split_heads(outputs.pop("q_proj"), self.num_heads)
+        if "rank_q" not in outputs:
+            outputs["rank_q"] = q.detach().sum(1)
+        gates = torch.sigmoid(outputs.pop("gate")).unflatten(-1, (3, self.num_heads)).permute(2, 0, 3, 1).unsqueeze(-1)
+        return q, outputs, gates
 
     def compress(self, keys, values):
-        """The compressed keys and values (batch, n // block, d) of the complete blocks."""
+        """The compressed keys and values (batch, n // block, d) of the complete blocks, each at the precision of
+        what it compresses (the keys in float32 at least)."""
         complete = keys.shape[1] // self.block * self.block
-        return tuple(phi(x[:, :complete].unflatten(1, (-1, self.block)).flatten(2))
+        return tuple(F.linear(x[:, :complete].unflatten(1, (-1, self.block)).flatten(2), phi.weight.to(x.dtype),
+                              None if phi.bias is None else phi.bias.to(x.dtype))
                      for phi, x in ((self.phi_k, keys), (self.phi_v, values)))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=True):
@@ -96,28 +108,27 @@ class NativeSparseAttention(nn.Module):
         if q.shape[2] == 0:
             return self.out_proj(merge_heads(q * 0.0))
         compressed_k, compressed_v = self.compress(kv["k_cmp"], kv["v_cmp"])
-        cmp, importance = compressed_attention(q, compressed_k, compressed_v, self.block)
+        cmp, importance = compressed_attention(q, kv["rank_q"], compressed_k, compressed_v, self.block)
         slc = selected_attention(q, kv["k_slc"], kv["v_slc"], importance, self.block, self.selected)
         win = sliding_window_attention(q, kv["k_win"].unsqueeze(1), kv["v_win"].unsqueeze(1), self.window)
         return self.out_proj(merge_heads(gates[0] * cmp + gates[1] * slc + gates[2] * win))
 
 
-def compressed_attention(q, keys, values, block):
+def compressed_attention(q, rank_q, keys, values, block):
     """Softmax of the (batch, heads, n, d) queries over the compressed blocks each may see (block i by query t when
     i block + block - 1 <= t; zeros while none is complete), and the blocks' importance for each query (batch, n,
-    n // block): the logits summed over the heads, in float32 at least."""
+    n // block): the logits summed over the heads, from ``rank_q`` (the queries summed over the heads) and the
+    keys at their precision (float32 at least): sum_h q_h . k = (sum_h q_h) . k, one matmul, not one per head."""
     batch, heads, n, _ = q.shape
     first, blocks = block - 1, keys.shape[1]
-    importance = q.new_full((batch, n, blocks), float("-inf"), dtype=torch.promote_types(q.dtype, torch.float32))
+    importance = q.new_full((batch, n, blocks), float("-inf"), dtype=keys.dtype)
     if blocks == 0:
         return q * 0.0, importance
     t = torch.arange(first, n, device=q.device)
     visible = torch.arange(blocks, device=q.device) < torch.div(t + 1, block, rounding_mode="floor").unsqueeze(1)
-    wide = importance.dtype  # the ranking in float32 at least: low precision would tie blocks it need not
-    with torch.no_grad():  # sum_h q_h . k = (sum_h q_h) . k: one matmul, not one per head; a ranking has no gradient
-        summed = q[:, :, first:].to(wide).sum(1)
-        importance[:, first:] = summed @ keys.to(wide).transpose(-1, -2) / math.sqrt(q.shape[-1])
-    out = F.scaled_dot_product_attention(q[:, :, first:], *(x.unsqueeze(1).expand(-1, heads, -1, -1)
+    with torch.no_grad():  # a ranking has no gradient
+        importance[:, first:] = rank_q[:, first:].to(keys.dtype) @ keys.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    out = F.scaled_dot_product_attention(q[:, :, first:], *(x.to(q.dtype).unsqueeze(1).expand(-1, heads, -1, -1)
                                                              for x in (keys, values)), attn_mask=visible)
     return F.pad(out, (0, 0, first, 0)), importance
 
@@ -241,15 +252,14 @@ def step(module, state, query, key, value, key_mask=None):
         # emptied in place: the next block's keys go into the same buffer
         state["k_pending"], state["v_pending"] = (x[:, :0] for x in (state["k_pending"], state["v_pending"]))
     state["k_slc"], state["v_slc"] = append(state["k_slc"], kv["k_slc"], 1), append(state["v_slc"], kv["v_slc"], 1)
-    scale = 1 / math.sqrt(q.shape[-1])
     blocks = state["k_cmp"].shape[1]
-    if blocks:
-        wide = torch.promote_types(q.dtype, torch.float32)
-        scores = q.to(wide) @ state["k_cmp"].unsqueeze(1).transpose(-1, -2).to(wide) * scale
-        cmp = torch.softmax(scores, dim=-1).to(q.dtype) @ state["v_cmp"].unsqueeze(1)
+    if blocks:  # the compressed keys kept in float32 at least, for the ranking
+        compressed_k = state["k_cmp"]
+        cmp = F.scaled_dot_product_attention(q, compressed_k.to(q.dtype).unsqueeze(1), state["v_cmp"].unsqueeze(1),
+                                             enable_gqa=True)
         own = t // l
-        top = min(module.selected, own)
-        chosen = scores.sum(1)[:, 0, :own].topk(top, dim=-1).indices  # (batch, top)
+        importance = kv["rank_q"].to(compressed_k.dtype) @ compressed_k[:, :own].transpose(-1, -2)
+        chosen = importance[:, 0].topk(min(module.selected, own), dim=-1).indices  # (batch, top)
     else:
         cmp = q * 0.0
         own, chosen = t // l, q.new_zeros(q.shape[0], 0, dtype=torch.long)
@@ -271,9 +281,11 @@ def step(module, state, query, key, value, key_mask=None):
 
 def state_bytes(batch, context, d_model, num_heads, itemsize, block=64, selected=3, window=64, **options):
     """Keys and values of one head per branch: every token's selection pair, the window's last pairs, a
-    compressed pair per complete block and the raw pairs of the incomplete block."""
-    entries = context + min(context, window) + context // block + context % block
-    return 2 * batch * entries * (d_model // num_heads) * itemsize
+    compressed pair per complete block and the raw pairs of the incomplete block (its keys, which rank the
+    blocks, in float32 at least)."""
+    pairs = 2 * itemsize * (context + min(context, window))
+    compression = (itemsize + max(itemsize, 4)) * (context // block + context % block)
+    return batch * (d_model // num_heads) * (pairs + compression)
 
 
 def dense_masks(module):
@@ -284,7 +296,7 @@ def dense_masks(module):
         q, kv, gates = module.project(query, key, value)
         n, l = q.shape[2], module.block
         compressed_k, compressed_v = module.compress(kv["k_cmp"], kv["v_cmp"])
-        cmp, importance = compressed_attention(q, compressed_k, compressed_v, l)
+        cmp, importance = compressed_attention(q, kv["rank_q"], compressed_k, compressed_v, l)
         indices, real = selected_blocks(importance, n, l, module.selected)
         i = torch.arange(n, device=q.device).view(n, 1)
         j = torch.arange(n, device=q.device).view(1, n)

@@ -439,3 +439,13 @@ def test_forgetting_with_gates_fixed_open_is_causal_multi_head_attention(registr
         plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         expected = module.out_proj(plain.transpose(1, 2).reshape(2, 9, 8))
         assert torch.allclose(module(x, x, x, is_causal=True), expected, atol=1e-12, rtol=0)
+
+
+def test_native_sparse_chooses_the_exact_blocks_in_bfloat16_at_the_full_profiles_seeds(registry):
+    """Its top blocks are ranked in float32 whatever the input dtype: ranked in bfloat16, a near-tie at one of the
+    full profile's seeds chose another block than the float64 reference (relative error 0.29 against 0.031)."""
+    from zoo.profiles import get_profile
+    from zoo.suites.correctness import check_low_precision
+
+    results = list(check_low_precision(registry.variant("native-sparse"), get_profile("full")))
+    assert results and all(r.status == "passed" for r in results), [r for r in results if r.status != "passed"]
