@@ -94,8 +94,8 @@ def zoo_register_variants(register):
         approximates=None,  # exact for its own function; an approximation names it: approximates="softmax"
         complexity=zoo.Complexity(time=2, memory=1),
         options={"temperature": 1.0},
-        # how it decodes (None if it cannot): a prefill of the prompt, then one step per token; the state grows by
-        # one token's worth per step ("token"), up to a window ("window") or not at all ("fixed")
+        # how it decodes (None if it cannot): a prefill of the prompt, then one step per token; the state grows
+        # without bound ("token": a KV cache), up to a window ("window") or not at all ("fixed")
         decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode,
                             growth="token", state_bytes=state_bytes),
         # every way it differs from the cited paper (kinds: convention, omission, substitution, extension); the
