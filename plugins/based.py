@@ -224,6 +224,7 @@ def zoo_register_variants(register):
         options={"feature_dim": 16, "window": 64, "chunk": 64},
         check_options={"feature_dim": 3, "window": 3, "chunk": 4},
         quality_options={"window": 8},
+        state_dials={"window": (2, 32), "feature_dim": (4, 32)},
         baselines={"recurrent": recurrent, "quadratic": quadratic},
         best_known="quadratic",
         flops=flops,

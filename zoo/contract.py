@@ -282,6 +282,10 @@ class Variant:
     ``error_sweeps`` maps an option of an approximation to values at which its approximation error is also
     measured (at the profile's reference length), e.g. ``{"features": (16, 64, 256, 1024)}``: the board shows
     what the option buys in accuracy.
+    ``state_dials`` maps an option that sizes the decoding state to other values of it, e.g. Based's
+    ``{"window": (2, 32)}``: the quality suite also trains the hardest recall task with each value (the others
+    as ``quality_options``), so the recall-versus-state plot shows the trade-off the option dials (Based, Arora
+    et al. 2024). Needs a decoder with ``state_bytes``.
     ``check_options`` are used on the correctness suite's small shapes so the variant's structure is
     exercised there (e.g. a window or chunk smaller than the sequence): its chunks or blocks should repeat
     within 9 positions, the length gradcheck runs at, so a backward wrong only across chunks is caught.
@@ -322,6 +326,7 @@ class Variant:
     peers: Mapping[str, Baseline] = field(default_factory=dict)
     best_known: str = ""
     error_sweeps: Mapping[str, tuple] = field(default_factory=dict)
+    state_dials: Mapping[str, tuple] = field(default_factory=dict)
     flops: Callable[..., float] | None = None
     targets: tuple[Target, ...] = ()
     decoder: Any = None
@@ -394,6 +399,15 @@ class Variant:
             if not isinstance(values, (tuple, list)) or not values:
                 raise RegistrationError(f"variant {self.name!r}: error_sweeps[{option!r}] must be a non-empty tuple "
                                         f"of option values, got {values!r}")
+        for option, values in self.state_dials.items():
+            if option not in self.options:
+                raise RegistrationError(f"variant {self.name!r}: state_dials option {option!r} is not among its options")
+            if not isinstance(values, (tuple, list)) or not values:
+                raise RegistrationError(f"variant {self.name!r}: state_dials[{option!r}] must be a non-empty tuple "
+                                        f"of option values, got {values!r}")
+        if self.state_dials and (self.decoder is None or self.decoder.state_bytes is None):
+            raise RegistrationError(f"variant {self.name!r}: state_dials needs a decoder with state_bytes (the state "
+                                    "the dial sizes is what the plot shows)")
         if self.decoder is not None:
             from .decoding import Decoder
 

@@ -129,3 +129,26 @@ def test_the_tasks_on_which_a_sparse_core_is_dense_attention_are_found_by_comput
     assert all(row.value <= 1e-10 and row.versus == "torch-sdpa" for row in windowed.values())
     assert list(dense_on_tasks(registry.variant("dot-product"), hp, seed=0)) == []
     assert list(dense_on_tasks(registry.variant("multi-head"), hp, seed=0)) == []  # a layer: not compared
+
+
+def test_a_state_dial_trains_the_hardest_recall_task_at_each_value_and_the_board_plots_it(registry, tmp_path):
+    """Based dials its state with its window and its feature size: each value trains the recall task with the most
+    pairs again, its state from the plugin's formula at that value, and the recall-versus-state plot draws them."""
+    from zoo import leaderboard
+    from zoo.store import Store
+
+    profile = get_profile("smoke").with_settings("quality", steps=1, recall_steps=1)
+    variant = registry.variant("based")
+    rows = list(run_quality(variant, profile))
+    most = max(t.pairs for t in default_tasks() if t.pairs)
+    recall = {(r.params["option"], r.params["value"]): r for r in rows if r.check == "recall-dial"}
+    state = {(r.params["option"], r.params["value"]): r.value for r in rows if r.check == "recall-dial-state-bytes"}
+    dialled = {(option, value) for option, values in variant.state_dials.items() for value in values}
+    assert set(recall) == set(state) == dialled
+    assert all(r.n == most and 0.0 <= r.value <= 1.0 for r in recall.values())
+    assert state[("window", 2)] < state[("window", 32)] and state[("feature_dim", 4)] < state[("feature_dim", 32)]
+    store = Store(tmp_path / "results.sqlite")
+    run_id = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    store.record_job(run_id, "based", "quality", "done", 1.0, {"card": variant.card()}, [r.as_dict() for r in rows])
+    leaderboard.render(store, run_id, tmp_path)
+    assert (tmp_path / "recall-vs-state.png").stat().st_size > 0

@@ -40,11 +40,12 @@ def hyper_parameters(profile, task: Task | None = None) -> dict:
             "optimizer": "AdamW", "lr": 3e-3, "weight_decay": 0.01}
 
 
-def make_model(variant, task: Task, hp: dict) -> torch.nn.Module:
+def make_model(variant, task: Task, hp: dict, options: dict | None = None) -> torch.nn.Module:
     """The model a task trains: a sequence model or a small vision transformer around the variant (causal for a
-    variant that computes only its causal form: every task's answers come after what they need)."""
+    variant that computes only its causal form: every task's answers come after what they need), with the
+    variant's quality options (``options``: others in their place)."""
     size = dict(d_model=hp["d_model"], num_heads=hp["heads"], layers=hp["layers"], causal=variant.tags.causal_only,
-                **variant.quality_options)
+                **(variant.quality_options if options is None else options))
     if task.kind == "image":
         return VisionTransformer(variant, image_size=IMAGE_SIZE, patch_size=PATCH_SIZE, channels=1,
                                  classes=task.classes, **size)
@@ -77,14 +78,14 @@ class Training:
 
 
 def train(variant, task: Task, hp: dict, seed: int, max_gflop: float | None = None,
-          device: str = "cpu") -> Training:
+          device: str = "cpu", options: dict | None = None) -> Training:
     """Train for ``hp['steps']`` steps on ``device`` and score. With ``max_gflop``, a run whose counted
     FLOPs (one training step, counted, times the steps) exceed it is skipped before it starts: a guard
     that reads no clock, so a busy machine never changes which tasks are trained. Data comes from a CPU
     generator, so every device trains on the same examples."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    model = make_model(variant, task, hp).to(device)
+    model = make_model(variant, task, hp, options).to(device)
     if max_gflop is not None:
         inputs, targets = (t.to(device) for t in task.make(torch.Generator().manual_seed(seed), hp["batch"]))
         predicted = count_flops(lambda: _loss(model, inputs, targets).backward()) * hp["steps"] / 1e9
@@ -187,16 +188,45 @@ def run_quality(variant, profile):
                 yield Result("recall-state-bytes", MEASURED, f"pairs={task.pairs}", state, "bytes",
                              f"the decoding state of the task's model at its length {task.length}: {hp['layers']} "
                              "layer(s) x the plugin's state_bytes formula (float32, one sequence)", n=task.pairs)
+    yield from run_state_dials(variant, profile)
 
 
-def recall_state_bytes(variant, task: Task, hp: dict) -> float | None:
+def recall_state_bytes(variant, task: Task, hp: dict, options: dict | None = None) -> float | None:
     """What the recall task's model would keep per sequence while decoding at the task's length (None: the variant
     does not decode or declares no formula): Based's recall-versus-state-size axis."""
     decoder = variant.decoder
     if decoder is None or decoder.state_bytes is None:
         return None
+    options = variant.quality_options if options is None else options
     return hp["layers"] * float(decoder.state_bytes(1, task.length, hp["d_model"], hp["heads"], itemsize=4,
-                                                    **{**variant.options, **variant.quality_options}))
+                                                    **{**variant.options, **options}))
+
+
+def run_state_dials(variant, profile):
+    """The hardest recall task trained again at each value of each option that dials the variant's state
+    (:attr:`zoo.Variant.state_dials`), the rest as it trains with: recall and state per setting."""
+    settings = profile.of(SUITE)
+    recall = [task for task in default_tasks() if task.pairs]
+    if not variant.state_dials or not recall:
+        return
+    task = max(recall, key=lambda t: t.pairs)
+    hp = hyper_parameters(profile, task)
+    for option, values in variant.state_dials.items():
+        for value in values:
+            options = {**variant.quality_options, option: value}
+            outcomes = [train(variant, task, hp, seed, settings.task_max_gflop, profile.device, options)
+                        for seed in range(profile.seed, profile.seed + settings.seeds)]
+            setting, params = f"pairs={task.pairs} {option}={value}", {"option": option, "value": value}
+            skipped = next((o.skipped for o in outcomes if o.skipped), None)
+            if skipped:
+                yield Result("recall-dial", SKIPPED, setting, detail=skipped, params=params)
+                continue
+            yield Result("recall-dial", MEASURED, setting, statistics.mean(o.accuracy for o in outcomes), "fraction",
+                         f"{task.summary}; {option}={value}, the rest as it trains with; {hp['steps']} steps, mean "
+                         f"over {len(outcomes)} seeds", n=task.pairs, params=params)
+            yield Result("recall-dial-state-bytes", MEASURED, setting, recall_state_bytes(variant, task, hp, options),
+                         "bytes", f"the decoding state of that model at the task's length {task.length}",
+                         n=task.pairs, params=params)
 
 
 # --- on the board ---------------------------------------------------------------------------------------
@@ -330,10 +360,12 @@ def section(board) -> zoo.Section:
 
 def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None,
                  panels: list[tuple[str, str, frozenset]] | None = None, greyed: frozenset = frozenset(),
-                 palette: tuple[str, ...] = ()):
+                 palette: tuple[str, ...] = (), dials: dict[str, list[tuple[float, float, str]]] | None = None):
     """One point per variant, x (a cost, log scale, lower is better) against y (higher is better), the Pareto front
     joined: the variants no other beats on both at once; ``panels`` (title, x label, variants) side by side, each
-    with its own front, else one; ``greyed`` variants (not ranked) in grey. None when no variant has both."""
+    with its own front, else one; ``greyed`` variants (not ranked) in grey; ``dials``: per variant, (x, y, label)
+    points of its other settings, joined to its point by a dotted line in its colour (not on the front, which
+    compares the variants as they are). None when no variant has both."""
     points = pd.DataFrame({"x": x, "y": y}).dropna().sort_values(["x", "y"], ascending=[True, False])
     panels = [(t, label, members) for t, label, members in panels or [("", xlabel, frozenset(points.index))]
               if members & set(points.index)]
@@ -349,6 +381,15 @@ def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str
         for variant, point in mine.iterrows():
             ax.scatter(point.x, point.y, marker="o" if variant in front.index else "x", s=40, zorder=2,
                        color="0.7" if variant in greyed else styles[variant][0])
+        for variant, settings in (dials or {}).items():
+            if variant not in mine.index or not settings:
+                continue
+            line = sorted([(mine.x[variant], mine.y[variant])] + [(x, y) for x, y, _ in settings])
+            ax.plot([x for x, _ in line], [y for _, y in line], linestyle=":", marker=".", zorder=1,
+                    color=styles[variant][0])
+            plots_.label_points(ax, [(x, y, f"{variant} {label}") for x, y, label in settings])
+        if dials:
+            ax.plot([], [], linestyle=":", marker=".", color="0.3", label="a variant's state dial (other options)")
         for marker, meaning in (("o", "on the front"), ("x", "behind it: another is better on both")):
             ax.scatter([], [], marker=marker, color="0.3", label=meaning)
         ax.set_xscale("log")
@@ -401,8 +442,17 @@ def _recall_state_plot(quality):
     pairs = int(curve.n.max())
     recall = curve[curve.n == pairs].groupby("variant").value.last()
     state = states[states.n == pairs].groupby("variant").value.last()
+    dial_recall = quality[(quality.check == "recall-dial") & (quality.n == pairs)].dropna(subset=["value"])
+    dial_state = quality[(quality.check == "recall-dial-state-bytes") & (quality.n == pairs)].dropna(subset=["value"])
+    state_of = {(row.variant, row.params["option"], row.params["value"]): row.value
+                for row in dial_state.itertuples() if isinstance(row.params, dict)}
+    dials = {}
+    for row in dial_recall.itertuples():
+        key = (row.variant, row.params["option"], row.params["value"]) if isinstance(row.params, dict) else None
+        if key in state_of:
+            dials.setdefault(row.variant, []).append((float(state_of[key]), float(row.value), f"{key[1]}={key[2]}"))
     return _pareto_plot(state, recall, "decoding state per sequence of the recall model at the task's length (bytes)",
-                        f"associative recall at {pairs} pairs", "recall-vs-state.png", top=1.02)
+                        f"associative recall at {pairs} pairs", "recall-vs-state.png", top=1.02, dials=dials)
 
 
 def _recall_plot(curve):
@@ -434,6 +484,9 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("recall-vs-pairs", "associative recall accuracy at a number of key-value pairs", "fraction"),
         zoo.Measure("recall-state-bytes", "the decoding state per sequence of that recall task's model at its length, "
                     "from the plugin's state_bytes formula", "bytes"),
+        zoo.Measure("recall-dial", "recall at the most pairs, trained with another value of an option that sizes "
+                    "the state (params: option, value)", "fraction"),
+        zoo.Measure("recall-dial-state-bytes", "the decoding state of that model (params: option, value)", "bytes"),
         zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant"),
         zoo.Measure("reduces-to", "a task on which the variant, with the options it trains with, computes exactly dense "
                     "softmax attention (versus: torch-sdpa)", "rel. difference")),
