@@ -36,6 +36,8 @@ import torch
 
 import zoo
 
+from paper_checks import make_inputs, close as _close, grads as _grads, causal_forward as _forward
+
 
 NAME = "gated-deltanet"
 D_MODEL = {1: 5, 2: 8, 3: 9}  # heads -> d_model: head sizes 5, 4 and 3
@@ -168,38 +170,6 @@ def make_module(registry, heads, seed, chunk=None, a_log=(0.0, 0.5), dt_bias=(-1
         module.A_log.copy_(a_log[0] + a_log[1] * torch.randn(heads, generator=g, dtype=torch.float64))
         module.dt_bias.copy_(dt_bias[0] + dt_bias[1] * torch.randn(heads, generator=g, dtype=torch.float64))
     return module.to(dtype)
-
-
-def make_inputs(batch, n, d_model, seed, same=False):
-    g = torch.Generator().manual_seed(20_000 + seed)
-    if same:
-        x = torch.randn(batch, n, d_model, generator=g, dtype=torch.float64)
-        return x, x, x
-    return tuple(torch.randn(batch, n, d_model, generator=g, dtype=torch.float64) for _ in range(3))
-
-
-def _close(got, expected, tol, what, dtype=torch.float64):
-    """max |got - expected| <= tol * max(1, max |expected|)."""
-    assert got.shape == expected.shape, (what, tuple(got.shape), tuple(expected.shape))
-    assert got.dtype == dtype, (what, got.dtype)
-    assert torch.isfinite(got).all(), (what, "non-finite values", got)
-    if not got.numel():
-        return
-    scale = max(1.0, expected.abs().max().item())
-    error = (got.double() - expected.double()).abs().max().item()
-    assert error <= tol * scale, (f"{what}: max |got - expected| = {error:.3e} > {tol:.0e} * {scale:.3g}"
-                                  f"\ngot={got}\nexpected={expected}")
-
-
-def _grads(output, cotangent, tensors):
-    if not output.requires_grad:  # e.g. an empty output built fresh: every gradient is zero
-        return [torch.zeros_like(t) for t in tensors]
-    grads = torch.autograd.grad(output, tensors, grad_outputs=cotangent, allow_unused=True)
-    return [torch.zeros_like(t) if g is None else g for t, g in zip(tensors, grads)]
-
-
-def _forward(module, query, key, value):
-    return module(query, key, value, attn_mask=None, is_causal=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
