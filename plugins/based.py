@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.decoding import append, refuse_key_mask
+from zoo.decoding import push_window, refuse_key_mask, window_cache
 from zoo.functional import kernel_attention, merge_heads, sliding_window_attention, split_heads
 from zoo.reference import linear, reference_mask, softmax_attention
 
@@ -102,11 +102,8 @@ def prefill(module, query, key, value, key_mask=None):
     fq, fk, q, k, v = module.project(query, key, value)
     output = module.attend(fq, fk, q, k, v)
     fk, wide = fk.to(dtype), v.to(dtype)
-    kept = max(0, k.shape[2] - module.window)
-    # the cache as a ring: position t's key in slot t % window, so a step overwrites the oldest in place
-    k, v = (torch.roll(x[:, :, kept:], kept % module.window, dims=2) for x in (k, v))
-    state = {"kv": fk.transpose(-1, -2) @ wide, "z": fk.sum(2), "k": append(None, k, 2), "v": append(None, v, 2),
-             "position": query.shape[1]}
+    state = {"kv": fk.transpose(-1, -2) @ wide, "z": fk.sum(2), "k": window_cache(k, module.window, 2),
+             "v": window_cache(v, module.window, 2), "position": query.shape[1]}
     return output, state
 
 
@@ -122,12 +119,8 @@ def step(module, state, query, key, value, key_mask=None):
     linear_branch = ((fq @ kv) / (fq @ z.unsqueeze(-1))).to(query.dtype)
     window_branch = F.scaled_dot_product_attention(q, torch.cat([state["k"], k], 2), torch.cat([state["v"], v], 2))
     state = dict(state)
-    if state["k"].shape[2] < module.window:
-        state["k"], state["v"] = append(state["k"], k, 2), append(state["v"], v, 2)
-    else:  # softmax does not care where in the cache a key sits: the newest replaces the oldest
-        slot = state["position"] % module.window
-        state["k"][:, :, slot] = k[:, :, 0]
-        state["v"][:, :, slot] = v[:, :, 0]
+    state["k"], state["v"] = (push_window(state[name], x, state["position"], module.window, 2)
+                              for name, x in (("k", k), ("v", v)))
     state["position"] += 1
     return module.out_proj(merge_heads(linear_branch + window_branch)), state
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.decoding import append, refuse_key_mask
+from zoo.decoding import append, push_window, refuse_key_mask, window_cache
 from zoo.functional import merge_heads, sliding_window_attention, split_heads
 from zoo.reference import linear
 
@@ -223,17 +223,16 @@ def prefill(module, query, key, value, key_mask=None):
     refuse_key_mask("native-sparse", key_mask)
     q, kv, gates = module.project(query, key, value)
     output = module.attend(q, kv, gates)
-    n, window = query.shape[1], module.window
+    n = query.shape[1]
     complete = n // module.block * module.block
     compressed_k, compressed_v = module.compress(kv["k_cmp"], kv["v_cmp"])
-    kept = max(0, n - window)
     state = {"k_slc": append(None, kv["k_slc"], 1), "v_slc": append(None, kv["v_slc"], 1),
              "k_cmp": append(None, compressed_k, 1), "v_cmp": append(None, compressed_v, 1),
              "k_pending": append(None, kv["k_cmp"][:, complete:], 1),
              "v_pending": append(None, kv["v_cmp"][:, complete:], 1),
              "position": n}
     for name in ("k_win", "v_win"):
-        state[name] = append(None, torch.roll(kv[name][:, kept:], kept % window, dims=1), 1)
+        state[name] = window_cache(kv[name], module.window, 1)
     return output, state
 
 
@@ -271,10 +270,7 @@ def step(module, state, query, key, value, key_mask=None):
     win = F.scaled_dot_product_attention(q, torch.cat([state["k_win"], kv["k_win"]], 1).unsqueeze(1),
                                          torch.cat([state["v_win"], kv["v_win"]], 1).unsqueeze(1), enable_gqa=True)
     for name in ("k_win", "v_win"):
-        if state[name].shape[1] < module.window:
-            state[name] = append(state[name], kv[name], 1)
-        else:  # softmax does not care where in the cache a key sits: the newest replaces the oldest
-            state[name][:, t % module.window] = kv[name][:, 0]
+        state[name] = push_window(state[name], kv[name], t, module.window, 1)
     state["position"] = t + 1
     return module.out_proj(merge_heads(gates[0] * cmp + gates[1] * slc + gates[2] * win)), state
 

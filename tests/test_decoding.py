@@ -1,4 +1,5 @@
-"""zoo.decoding.append: a cache that grows without copying, and never writes into a tensor it did not make."""
+"""zoo.decoding's caches: append grows one without copying and never writes into a tensor it did not make; a window
+cache keeps the last entries as a ring, overwriting the oldest in place."""
 
 import pytest
 import torch
@@ -35,3 +36,18 @@ def test_append_refuses_a_token_of_another_dtype_or_shape_in_one_line():
         append(cache, torch.zeros(2, 1, 3, dtype=torch.float64), 1)
     with pytest.raises(ValueError, match="does not extend"):
         append(cache, torch.zeros(1, 1, 3), 1)
+
+
+@pytest.mark.parametrize("prompt", [0, 2, 5, 9])
+def test_a_window_cache_holds_the_last_window_entries_and_overwrites_the_oldest_in_place(prompt):
+    from zoo.decoding import push_window, window_cache
+
+    window, positions = 4, torch.arange(12.0).view(1, 12, 1)
+    cache = window_cache(positions[:, :prompt], window, 1)
+    for t in range(prompt, 12):
+        before = cache.untyped_storage().data_ptr()
+        cache = push_window(cache, positions[:, t:t + 1], t, window, 1)
+        assert sorted(cache.flatten().tolist()) == list(map(float, range(max(0, t + 1 - window), t + 1)))
+        assert [cache[0, slot, 0].item() % window for slot in range(cache.shape[1])] == list(range(cache.shape[1]))
+        if t >= window:  # full: the newest took the oldest's slot, in the same storage
+            assert cache.untyped_storage().data_ptr() == before

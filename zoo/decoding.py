@@ -142,6 +142,25 @@ def append(cache: "torch.Tensor | None", new: "torch.Tensor", dim: int) -> "torc
     return buffer.narrow(dim, 0, total)
 
 
+def window_cache(recent: "torch.Tensor", window: int, dim: int) -> "torch.Tensor":
+    """The last ``window`` entries of ``recent`` along ``dim`` as a ring, position t in slot t % window (a buffer
+    :func:`append` made, so it can grow until the window is full): a step then overwrites the oldest in place
+    (:func:`push_window`). For softmax over the window, where a key sits in the cache does not matter."""
+    import torch
+
+    kept = max(0, recent.shape[dim] - window)
+    return append(None, torch.roll(recent.narrow(dim, kept, recent.shape[dim] - kept), kept % window, dims=dim), dim)
+
+
+def push_window(cache: "torch.Tensor", new: "torch.Tensor", position: int, window: int, dim: int) -> "torch.Tensor":
+    """``cache`` (from :func:`window_cache`) with the entry of ``position`` (``new``, length 1 along ``dim``):
+    appended while the window is not full, else written over the oldest, in slot position % window."""
+    if cache.shape[dim] < window:
+        return append(cache, new, dim)
+    cache.narrow(dim, position % window, 1).copy_(new)
+    return cache
+
+
 def _remember(buffer: "torch.Tensor") -> None:
     """Record a buffer append made (forgotten when it is freed)."""
     address = buffer.untyped_storage().data_ptr()
