@@ -36,3 +36,14 @@ def test_a_view_of_a_tensor_given_to_the_call_costs_nothing():
     big = torch.zeros(1024, 1024)
     assert peak_memory(lambda: big[:, :16].unbind(0)) == 0
     assert peak_memory(lambda: big[:, :16].contiguous()) == 1024 * 16 * 4
+
+
+def test_flops_and_peak_memory_in_one_pass_equal_each_counter_alone():
+    from zoo.measure import flops_and_peak_memory
+
+    q = torch.randn(2, 4, 96, 16, requires_grad=True)
+
+    def step():
+        (torch.softmax(q @ q.transpose(-1, -2), -1) @ q).sum().backward()
+
+    assert flops_and_peak_memory(step) == (count_flops(step), peak_memory(step))

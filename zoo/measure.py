@@ -98,6 +98,14 @@ def peak_memory(fn: Callable[[], object]) -> int:
     return tracker.peak
 
 
+def flops_and_peak_memory(fn: Callable[[], object]) -> tuple[int, int]:
+    """:func:`count_flops` and :func:`peak_memory` of one call of ``fn``, both counters in the same pass: a
+    counted call runs every op through Python, so counting twice costs a second such call."""
+    with FlopCounterMode(display=False) as counter, PeakMemory() as tracker:
+        fn()
+    return counter.get_total_flops(), tracker.peak
+
+
 class BytesRead(TorchDispatchMode):
     """The bytes of the tensors every op inside it reads, each distinct tensor (storage, offset, shape and strides)
     once: what a call must bring from memory if nothing were cached. A view op reads nothing (it only describes

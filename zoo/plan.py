@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Mapping
 from .checks import SKIPPED, Result
 from .contract import Variant
 from .environment import RUN_CACHE
-from .measure import count_flops, peak_memory
+from .measure import flops_and_peak_memory
 from .workload import Workload
 
 
@@ -55,7 +55,8 @@ class Plan:
 
 def _counted(load: Workload) -> Cost:
     call = load.train_step or load.forward  # a floor has no backward pass
-    return Cost(flops=float(count_flops(call)), bytes=float(peak_memory(call)))
+    flops, peak = flops_and_peak_memory(call)
+    return Cost(flops=float(flops), bytes=float(peak))
 
 
 def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:

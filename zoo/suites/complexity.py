@@ -11,14 +11,13 @@ import math
 
 import pandas as pd
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
 from zoo import plots as plots_
 from zoo.board import best_known_rows, fmt_exp
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
-from zoo.measure import PeakMemory
+from zoo.measure import flops_and_peak_memory
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent
 from zoo.suite import legacy_names
@@ -37,13 +36,12 @@ def _count(fn, device: str) -> tuple[int, int, int | None]:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    with FlopCounterMode(display=False) as flops, PeakMemory() as memory:
-        fn()
+    flops, peak = flops_and_peak_memory(fn)
     allocator_peak = None
     if device == "cuda":
         torch.cuda.synchronize()
         allocator_peak = torch.cuda.max_memory_allocated() - before
-    return flops.get_total_flops(), memory.peak, allocator_peak
+    return flops, peak, allocator_peak
 
 
 def measure(variant, profile):
