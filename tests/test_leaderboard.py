@@ -133,6 +133,22 @@ def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_
     assert rows[2]["measured"] == "n=16384: 0.55, n=4096: 0.3"
 
 
+def test_a_target_whose_figure_interval_spans_the_goal_is_judged_within_noise_not_met_or_missed():
+    from zoo.board import Board
+    from zoo.leaderboard import _target_rows, registered_suites
+
+    where = {"variant": "v", "mode": "full", "phase": "fwd", "versus": "torch-sdpa", "check": "time-ratio"}
+    results = pd.DataFrame([{**where, "n": 256, "value": 1.08, "low": 1.01, "high": 1.12},  # spans 1.05
+                            {**where, "n": 512, "value": 1.02, "low": 0.98, "high": 1.04},  # all within
+                            {**where, "n": 1024, "value": 1.2, "low": 1.1, "high": 1.3}])  # all beyond
+    target = {"mode": "full", "phase": "fwd", "note": "", "check": "time-ratio", "versus": "torch-sdpa"}
+    cards = {"v": {"card": {"targets": [{**target, "n": n, "at_most": 1.05, "at_least": None} for n in (256, 512, 1024)]
+                            + [{**target, "n": None, "at_most": 1.05, "at_least": None}]}}}
+    rows = _target_rows(Board("r", {}, {}, results, pd.DataFrame(), cards, registered_suites()))
+    assert [r["verdict"] for r in rows] == ["within noise", "met", "not met", "not met"]
+    assert rows[0]["measured"] == "n=256: 1.08 [1.01-1.12]"
+
+
 def test_each_variant_is_shown_against_its_best_known_implementation_and_flagged_when_behind():
     from zoo.board import Board, best_known_rows
     from zoo.leaderboard import registered_suites

@@ -327,7 +327,10 @@ def _approximates_text(board: Board, variant: str) -> str:
 def _targets_section(board: Board) -> list[str]:
     return ["## Targets the plugins set themselves", "",
             "Declared by each plugin (`zoo.Target`) and judged here against this run's rows. "
-            "Lengths beyond the profile's are not measured: run `--profile full` for those.", "",
+            "Lengths beyond the profile's are not measured: run `--profile full` for those. A figure with an interval "
+            "(times and ratios: every process's median) is judged by all of it: *met* where the whole interval meets the "
+            "goal, *not met* where the whole interval misses it, *within noise* where it spans the goal (a rerun could "
+            "land on either side).", "",
             markdown_table(_target_rows(board)), ""]
 
 
@@ -349,10 +352,10 @@ def _target_rows(board: Board) -> list[dict]:
             if sel.empty:
                 verdict, measured = "not measured in this run", ""
             else:
-                verdict = "met" if all(target.met_by(v) for v in sel.value) else "not met"
+                verdict = _verdict(target, [_interval(r) for r in sel.itertuples()])
                 measured = ", ".join(f"n={int(r.n)}" + (f" batch {int(r.batch)}" if pd.notna(getattr(r, "batch", None))
                                                          and target.batch is None else "")
-                                     + f": {r.value:.3g}" for r in sel.itertuples())
+                                     + f": {r.value:.3g}" + _interval_text(r) for r in sel.itertuples())
             where = (f"n={target.n}" if target.n is not None else "every timed n") + (
                 f", batch {target.batch}" if target.batch is not None else "")
             measure = f"{check} vs {versus}" if versus else check
@@ -360,6 +363,31 @@ def _target_rows(board: Board) -> list[dict]:
                          "where": f"{target.mode} {target.phase}, {where}", "goal": target.bound(),
                          "measured": measured, "verdict": verdict})
     return rows
+
+
+def _interval(row) -> tuple[float, float, float]:
+    """A figure's value and the ends of its stated interval (the value itself where it states none)."""
+    low, high = getattr(row, "low", None), getattr(row, "high", None)
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return row.value, row.value, row.value
+    return row.value, min(low, row.value), max(high, row.value)
+
+
+def _interval_text(row) -> str:
+    _, low, high = _interval(row)
+    return f" [{low:.3g}-{high:.3g}]" if low < high else ""
+
+
+def _verdict(target: Target, figures: list[tuple[float, float, float]]) -> str:
+    """Met where every figure's whole interval meets the goal, not met where one's whole interval misses it, else
+    within noise: a rerun lands anywhere in a figure's interval (zoo.timing), so a verdict its interval straddles
+    could flip between two runs, and the board says so instead of picking a side."""
+    if all(target.met_by(low) and target.met_by(high) for _, low, high in figures):
+        return "met"
+    if any((target.at_most is not None and low > target.at_most) or (target.at_least is not None and high < target.at_least)
+           for _, low, high in figures):
+        return "not met"
+    return "within noise"
 
 
 # --- index.html --------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ th[aria-sort=ascending] button::after { content: " \\25B2"; } th[aria-sort=desce
 .filters { display: flex; gap: 1.2em; flex-wrap: wrap; align-items: center; background: #fafafa; padding: .6em; border: 1px solid #ddd; }
 #variant-panel { border: 2px solid #4a7; padding: .2em 1em 1em; margin: 1em 0; background: #fbfffb; }
 .status-failed, .status-error { color: #b00; font-weight: 600; } .status-passed { color: #070; }
-.verdict-met { color: #070; } .verdict-not-met { color: #b00; font-weight: 600; }
+.verdict-met { color: #070; } .verdict-not-met { color: #b00; font-weight: 600; } .verdict-within-noise { color: #a60; }
 img { max-width: 100%; border: 1px solid #ddd; margin: .4em 0; } .muted { color: #666; } code { background: #f3f3f3; }
 """
 
