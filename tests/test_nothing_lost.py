@@ -810,3 +810,22 @@ def test_an_export_that_is_a_link_or_a_pipe_is_refused_and_one_of_another_name_m
     assert status == 2 and "runs.jsonl: not a regular file" in out[0], out
     status, out = zoo_here(capsys, "merge", tmp_path / "theirs.json", "--out", tmp_path / "other")
     assert status == 0 and out == [f"zoo: merged 1 run(s) from {tmp_path / 'theirs.json'}"], out
+
+
+def test_a_run_stored_before_settings_were_nested_shares_a_board_with_a_new_run_that_measures_the_same_way(tmp_path):
+    """Runs are grouped by their settings as read back, not as stored: a new run of a variant the old run left out
+    joins that run's board instead of hiding it."""
+    from zoo.api import default_registry
+    from zoo.board import board_group
+    from zoo.profiles import PROFILES, resolve
+
+    store = Store(tmp_path / "results.sqlite")
+    flat = {"name": "full", "speed_lengths": [4096, 8192], "complexity_lengths": [4096, 8192], "repeats": 3}
+    old = fabricate(store, "2026-01-01 00:00:00", settings=flat)
+    lengths = {"speed": {"lengths": (4096, 8192), "repeats": 3}, "complexity": {"lengths": (4096, 8192)}}
+    suites = default_registry().suites
+    same = resolve(PROFILES["full"].with_overrides(processes=1), suites, lengths)
+    new = fabricate(store, "2026-01-02 00:00:00", variants=("linear",), settings=same.as_dict())
+    more_rounds = resolve(PROFILES["full"].with_overrides(processes=1), suites, {**lengths, "speed": {"repeats": 4}})
+    other = fabricate(store, "2026-01-03 00:00:00", settings=more_rounds.as_dict())
+    assert board_group(store, old) == board_group(store, new) != board_group(store, other)

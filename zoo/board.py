@@ -158,9 +158,20 @@ def runs_text(runs, run_id: str) -> str:
 
 
 def board_group(store: Store, run: str) -> tuple:
-    """What makes runs one board's: their settings and the kind of machine."""
-    return (json.dumps(store.settings(run), sort_keys=True),
+    """What makes runs one board's: their settings and the kind of machine. Settings are compared as read back
+    (:meth:`zoo.Profile.from_dict`), not as stored: a run stored before settings were nested under their suites
+    shares a board with a new run that measures the same way."""
+    return (json.dumps(_comparable_settings(store.settings(run)), sort_keys=True),
             *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
+
+
+def _comparable_settings(settings: dict) -> dict:
+    from .profiles import Profile
+
+    try:
+        return Profile.from_dict(settings).as_dict()
+    except (TypeError, ValueError, KeyError, AttributeError):  # not a profile this zoo reads: compared as stored
+        return settings
 
 
 def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -57,7 +57,9 @@ class Profile:
         nested = data.get("suites")
         if nested is None:
             nested = legacy_settings(data, _registered() if suites is None else suites)
-        data = {"processes": 1, **data}  # a run stored before timings were repeated was measured in one process
+        named = PROFILES.get(data.get("name")) if isinstance(data.get("name"), str) else None
+        data = {**({k: getattr(named, k) for k in known} if named else {}),  # a key stored later: its profile's
+                "processes": 1, **data}  # a run stored before timings were repeated was measured in one process
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known},
                    suites={name: {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
                            for name, values in nested.items()})
@@ -167,9 +169,26 @@ def run_arguments(settings: dict, suites: Mapping[str, "Suite"]) -> list[str] | 
 
 def legacy_settings(data: dict, suites: Mapping[str, "Suite"]) -> dict[str, dict]:
     """The nested settings of a run stored flat (before settings were nested under their suites): each suite's
-    defaults, with every flat key its :attr:`~zoo.Suite.legacy` names."""
-    return {name: {**suite.settings, **{key: data[flat] for flat, key in suite.legacy.items() if flat in data}}
-            for name, suite in suites.items()}
+    defaults and its preset for the run's profile (what a run of that profile measures, such as a full run's causal
+    timings at every length), with every flat key its :attr:`~zoo.Suite.legacy` names."""
+    nested = {}
+    for name, suite in suites.items():
+        values = {**suite.settings, **suite.presets.get(data.get("name"), {}),
+                  **{key: tuple(data[flat]) if isinstance(data[flat], list) else data[flat]
+                     for flat, key in suite.legacy.items() if flat in data}}
+        nested[name] = _settled(suite, values)
+    return nested
+
+
+def _settled(suite: "Suite", values: dict) -> dict:
+    """``values`` as the suite settles them (as :func:`resolve` does for a new run); as they are where they do not
+    fit together."""
+    if suite.settle is None:
+        return values
+    try:
+        return dict(suite.settle(dict(values)))
+    except (ValueError, KeyError, TypeError):
+        return values
 
 
 def _registered():
