@@ -166,10 +166,14 @@ def board_group(store: Store, run: str) -> tuple:
 
 
 def _comparable_settings(settings: dict) -> dict:
-    from .profiles import Profile
+    from .api import default_registry
+    from .profiles import Profile, settled
 
     try:
-        return Profile.from_dict(settings).as_dict()
+        data, suites = Profile.from_dict(settings).as_dict(), default_registry().suites
+        data["suites"] = {name: settled(suites[name], values) if name in suites else values
+                          for name, values in data["suites"].items()}
+        return data
     except (TypeError, ValueError, KeyError, AttributeError):  # not a profile this zoo reads: compared as stored
         return settings
 

@@ -176,11 +176,11 @@ def legacy_settings(data: dict, suites: Mapping[str, "Suite"]) -> dict[str, dict
         values = {**suite.settings, **suite.presets.get(data.get("name"), {}),
                   **{key: tuple(data[flat]) if isinstance(data[flat], list) else data[flat]
                      for flat, key in suite.legacy.items() if flat in data}}
-        nested[name] = _settled(suite, values)
+        nested[name] = values
     return nested
 
 
-def _settled(suite: "Suite", values: dict) -> dict:
+def settled(suite: "Suite", values: dict) -> dict:
     """``values`` as the suite settles them (as :func:`resolve` does for a new run); as they are where they do not
     fit together."""
     if suite.settle is None:

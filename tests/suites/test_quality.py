@@ -146,7 +146,7 @@ def test_a_state_dial_trains_the_hardest_recall_task_at_each_value_and_the_board
     dialled = {(option, value) for option, values in variant.state_dials.items() for value in values}
     assert set(recall) == set(state) == dialled
     assert all(r.n == most and 0.0 <= r.value <= 1.0 for r in recall.values())
-    assert state[("window", 2)] < state[("window", 32)] and state[("feature_dim", 4)] < state[("feature_dim", 32)]
+    assert state[("window", 2)] < state[("window", 32)] and state[("feature_dim", 4)] < state[("feature_dim", 8)]
     store = Store(tmp_path / "results.sqlite")
     run_id = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
     store.record_job(run_id, "based", "quality", "done", 1.0, {"card": variant.card()}, [r.as_dict() for r in rows])
