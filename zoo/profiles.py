@@ -171,13 +171,9 @@ def legacy_settings(data: dict, suites: Mapping[str, "Suite"]) -> dict[str, dict
     """The nested settings of a run stored flat (before settings were nested under their suites): each suite's
     defaults and its preset for the run's profile (what a run of that profile measures, such as a full run's causal
     timings at every length), with every flat key its :attr:`~zoo.Suite.legacy` names."""
-    nested = {}
-    for name, suite in suites.items():
-        values = {**suite.settings, **suite.presets.get(data.get("name"), {}),
-                  **{key: tuple(data[flat]) if isinstance(data[flat], list) else data[flat]
-                     for flat, key in suite.legacy.items() if flat in data}}
-        nested[name] = values
-    return nested
+    return {name: {**suite.settings, **suite.presets.get(data.get("name"), {}),
+                   **{key: data[flat] for flat, key in suite.legacy.items() if flat in data}}
+            for name, suite in suites.items()}
 
 
 def settled(suite: "Suite", values: dict) -> dict:
