@@ -263,6 +263,7 @@ class Board:
     folder: str | None = None  # the board's folder as a reader would type it (the refresh command's --out)
     notes: Footnotes = field(default_factory=Footnotes)
     _index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _parts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, store: Store, run_id: str, suites: dict[str, Suite], folder: str | None = None,
@@ -330,10 +331,25 @@ class Board:
 
     # --- its rows ---------------------------------------------------------------------------------------
 
-    def rows(self, suite: str) -> pd.DataFrame:
-        """The suite's rows on the board: its accumulated ones, else (a carried suite) its latest from any run."""
-        mine = self.results[self.results.suite == suite]
-        return mine if not mine.empty or suite not in self.carried else self.carried[suite]
+    def rows(self, suite: str | None = None, variant: str | None = None) -> pd.DataFrame:
+        """The suite's rows on the board: its accumulated ones, else (a carried suite) its latest from any run
+        (``suite`` None: every suite's accumulated rows); ``variant``: only that variant's. Split once per results
+        frame: a render asks for them thousands of times, and filtering the whole frame for each was a large part of
+        its time."""
+        if self._parts.get("frame") is not self.results:
+            self._parts = {"frame": self.results, "split": {}}
+        split = self._parts["split"]
+        if suite not in split:
+            if suite is None:
+                whole = self.results
+            else:
+                if "suites" not in self._parts:
+                    self._parts["suites"] = dict(tuple(self.results.groupby("suite", sort=False)))
+                whole = self._parts["suites"].get(suite, self.results.iloc[:0])
+                whole = whole if not whole.empty or suite not in self.carried else self.carried[suite]
+            split[suite] = (whole, dict(tuple(whole.groupby("variant", sort=False))))
+        whole, by_variant = split[suite]
+        return whole if variant is None else by_variant.get(variant, whole.iloc[:0])
 
     def runs_of(self, suite: str) -> list[str]:
         """The runs the suite's rows on the board come from."""

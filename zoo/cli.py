@@ -236,7 +236,7 @@ def _summary(results, suites) -> None:
     from .store import Store
 
     rows, stale = summary(Store(results.attrs["store"], readonly=True), results.attrs["run_id"], suites,
-                          Path(results.attrs["folder"]))
+                          Path(results.attrs["folder"]), results.attrs.get("held_runs"))
     print("\n" + tabulate(rows, headers="keys", tablefmt="plain"))
     for line in stale:
         print(f"zoo: {line}")
@@ -250,17 +250,18 @@ def cmd_leaderboard(args) -> int:
     suites = _registry(args).suites
     if args.by == "device":
         return _leaderboard_by_device(store, Path(args.out), suites)
+    from .leaderboard import board_run
+
+    shown, held = board_run(store, suites)
     if args.run:
         run_id = _resolve_run(store, args.run, path, "--run: ")
     else:
-        from .leaderboard import board_run
-
-        run_id, held = board_run(store, suites)
+        run_id = shown
         if run_id is None:
             raise OptionError(f"--out: no run in {str(path)!r}")
         for run, why in held.items():
             print(f"zoo: run {run} is held back ({why}): --run {run} publishes it", file=sys.stderr)
-    written = render(store, run_id, Path(args.out), suites=suites)
+    written = render(store, run_id, Path(args.out), suites=suites, held_runs=held)
     print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
     return 0
 

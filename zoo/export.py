@@ -44,6 +44,8 @@ Kind = Callable[[object], "str | None"]
 def _text(value) -> str | None:
     if not isinstance(value, str):
         return f"expected text, got {_shown(value)}"
+    if value.isascii():  # most of an export, and Unicode text by construction
+        return None
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -85,13 +87,18 @@ def _one_of(choices: tuple[str, ...]) -> Kind:
 
 def _json_object(value) -> str | None:
     """A column stored as JSON text of an object (settings, environment, provenance)."""
-    problem = _text(value)
-    if problem:
-        return f"expected JSON text of an object, got {_shown(value)}"
+    return _parsed_object(value)[1]
+
+
+def _parsed_object(value) -> tuple[dict | None, str | None]:
+    """``value`` as the JSON object its text holds, or what is wrong with it."""
+    if _text(value):
+        return None, f"expected JSON text of an object, got {_shown(value)}"
     parsed, problem = _parse(value)
     if problem:
-        return f"expected JSON text of an object, got text that is not JSON ({problem})"
-    return None if isinstance(parsed, dict) else f"expected JSON text of an object, got JSON {type(parsed).__name__}"
+        return None, f"expected JSON text of an object, got text that is not JSON ({problem})"
+    return (parsed, None) if isinstance(parsed, dict) else (
+        None, f"expected JSON text of an object, got JSON {type(parsed).__name__}")
 
 
 def _optional_json_numbers(value) -> str | None:
@@ -112,10 +119,9 @@ def _optional_params(value) -> str | None:
     """A row's named parameters: JSON text of an object of names to numbers, text or booleans, or null."""
     if value is None:
         return None
-    problem = _json_object(value)
+    parsed, problem = _parsed_object(value)
     if problem:
         return problem
-    parsed, _ = _parse(value)
     bad = [key for key, item in parsed.items() if not (isinstance(item, (str, bool)) or
                                                         (_is_number(item) and math.isfinite(item)))]
     return f"expected values that are numbers, text or booleans, got {_shown(parsed[bad[0]])} for {bad[0]!r}" if bad else None
@@ -149,6 +155,8 @@ SCHEMA: dict[str, dict[str, Kind]] = {
 }
 """The one schema of a stored run: each table's columns and their types (the store's tables have these columns)."""
 TABLE_COLUMNS = {table: tuple(columns) for table, columns in SCHEMA.items()}
+_DEFAULTS = {table: {column: default for (kind, column), default in OPTIONAL.items() if kind == table}
+             for table in SCHEMA}
 
 
 @dataclass
@@ -277,8 +285,9 @@ def _check_record(where: str, record, numbered: bool) -> tuple[str, dict, object
     place = values.pop(ROW, None) if table == "results" and numbered else None
     if place is not None and _optional_integer(place):
         raise ExportError(f"{where}: results.{ROW}: {_optional_integer(place)}")
-    values.update({column: default for (kind, column), default in OPTIONAL.items() if kind == table and column not in values})
-    unknown, missing = sorted(set(values) - set(columns)), [c for c in columns if c not in values]
+    for column, default in _DEFAULTS[table].items():
+        values.setdefault(column, default)
+    unknown, missing = sorted(values.keys() - columns.keys()), [c for c in columns if c not in values]
     if unknown:
         raise ExportError(f"{where}: a {table} record with columns this zoo does not know: {', '.join(unknown)}")
     if missing:

@@ -176,16 +176,17 @@ def _report(store, run_id: str, folder, registry, warn) -> pd.DataFrame:
     from .leaderboard import HELD_BACK_FOLDER, board_run, render
 
     shown, held = board_run(store, registry.suites)
-    written = render(store, shown if run_id in held else run_id, folder.path, keep_runs=True, suites=registry.suites)
+    written = render(store, shown if run_id in held else run_id, folder.path, keep_runs=True, suites=registry.suites,
+                     held_runs=held)
     if run_id in held:
         beside = folder.path / HELD_BACK_FOLDER
-        written = render(store, run_id, beside, suites=registry.suites, held_back=held[run_id])
+        written = render(store, run_id, beside, suites=registry.suites, held_back=held[run_id], held_runs=held)
         warn(f"run {run_id} did not replace the board in {folder.path} (it still shows run {shown}): {held[run_id]}; "
              f"its own board is in {beside} and it is kept in the store (zoo leaderboard --run {run_id} --out "
              f"{folder.path} publishes it)")
     results = store.results(run_id)
     results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]), folder=str(folder.path),
-                         suites=registry.suites)
+                         suites=registry.suites, held_runs=held)
     return results
 
 

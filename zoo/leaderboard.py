@@ -42,22 +42,25 @@ def registered_suites() -> dict[str, Suite]:
 
 
 def render(store: Store, run_id: str, out_dir: Path, keep_runs: bool = False,
-           suites: dict[str, Suite] | None = None, held_back: str | None = None) -> list[Path]:
+           suites: dict[str, Suite] | None = None, held_back: str | None = None,
+           held_runs: dict[str, str] | None = None) -> list[Path]:
     """Write the board for ``run_id`` into ``out_dir`` as a whole (:func:`board_files`); ``keep_runs`` (``store``
     is the folder's own database): with the export of every run it holds; ``held_back``: why this run's board is
-    not the folder's (said at its top). Returns the paths, README.md first."""
-    files = board_files(store, run_id, out_dir, suites, held_back)
+    not the folder's (said at its top); ``held_runs``: :func:`board_run`'s held-back runs, where the caller has
+    them. Returns the paths, README.md first."""
+    files = board_files(store, run_id, out_dir, suites, held_back, held_runs)
     stale = [p.name for p in Path(out_dir).glob("*.png") if p.name not in files]  # plots an earlier board drew
     return BoardFolder(out_dir).publish(files, store=store if keep_runs else None, remove=stale)
 
 
 def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suite] | None = None,
-                held_back: str | None = None) -> dict[str, bytes]:
+                held_back: str | None = None, held_runs: dict[str, str] | None = None) -> dict[str, bytes]:
     """The board for ``run_id`` as file name -> content: README.md, index.html, results.csv and the sections'
     plots. Only the plots of boards published in ``out_dir``'s subfolders are read from disk."""
     suites = registered_suites() if suites is None else suites
+    held_runs = board_run(store, suites)[1] if held_runs is None else held_runs
     board = Board.of(store, run_id, suites, folder=typed_folder(Path(out_dir).parent if held_back else out_dir),
-                     exclude=frozenset(board_run(store, suites)[1]) - {run_id})
+                     exclude=frozenset(held_runs) - {run_id})
     board.environment = {**board.environment, **_ran_on(board.jobs),
                          **({"held back": f"this run did not replace its folder's board: {held_back}"} if held_back else {})}
     results = board.results
@@ -335,15 +338,15 @@ def _targets_section(board: Board) -> list[str]:
 
 
 def _target_rows(board: Board) -> list[dict]:
-    rows, results = [], board.results
+    rows = []
     for variant in board.variants:
+        results = board.rows(variant=variant)
         for recorded in board.card(variant).get("targets", []):
             target = Target(**{f.name: recorded[f.name] for f in fields(Target) if f.name in recorded})
             # a target an older zoo recorded names its row as that zoo named it ("x-torch-sdpa")
             check, versus = (target.check, target.versus) if "versus" in recorded else upgrade_name(target.check,
                                                                                                     board.suites)
-            sel = results[(results.variant == variant) & (results.check == check) & (results.versus == versus)
-                          & (results["mode"] == target.mode)
+            sel = results[(results.check == check) & (results.versus == versus) & (results["mode"] == target.mode)
                           & (results.phase == target.phase)].dropna(subset=["value"])
             if target.n is not None:
                 sel = sel[sel.n == target.n]
@@ -421,7 +424,7 @@ def _variant_page(board: Board, variant: str, targets: list[dict]) -> dict:
     from .board import approximates
 
     card, provenance = board.card(variant), board.cards[variant]
-    mine = board.results[board.results.variant == variant]
+    mine = board.rows(variant=variant)
     checks = mine[mine.status != MEASURED]
     details = [table for name in board.suite_order() if board.suite(name).details
                for table in board.suite(name).details(board, variant)]
@@ -485,11 +488,13 @@ def render_by_device(store: Store, out_dir: Path, suites: dict[str, Suite] | Non
     return index, len(latest)
 
 
-def summary(store: Store, run_id: str, suites: dict[str, Suite], out_dir: Path) -> tuple[list[dict], list[str]]:
+def summary(store: Store, run_id: str, suites: dict[str, Suite], out_dir: Path,
+            held_runs: dict[str, str] | None = None) -> tuple[list[dict], list[str]]:
     """What a run ends with on the terminal, from its board in ``out_dir``: per variant its kind, the gate and
-    its ranking figure; and a line per variant with rows of an older source left off, with its refresh command."""
-    board = Board.of(store, run_id, suites, folder=typed_folder(out_dir),
-                     exclude=frozenset(board_run(store, suites)[1]) - {run_id})
+    its ranking figure; and a line per variant with rows of an older source left off, with its refresh command
+    (``held_runs``: :func:`board_run`'s held-back runs, where the caller has them)."""
+    held_runs = board_run(store, suites)[1] if held_runs is None else held_runs
+    board = Board.of(store, run_id, suites, folder=typed_folder(out_dir), exclude=frozenset(held_runs) - {run_id})
     rows = []
     for variant in board.variants:
         figure = board.rank_figure(variant)

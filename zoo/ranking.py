@@ -113,7 +113,7 @@ def ranked_tables(board: Board) -> tuple[dict[str, list[dict]], list[str]]:
                 if suite.columns:
                     row.update(suite.columns(board, variant))
             row["origin"] = origin_text(board.cards[variant])
-            row["from"] = runs_text(board.results[board.results.variant == variant].run_id, board.run_id)
+            row["from"] = runs_text(board.rows(variant=variant).run_id, board.run_id)
             figure = board.rank_figure(variant)
             ranked.append((not exact, float("inf") if figure is None or figure.value is None else figure.value, row,
                            figure))

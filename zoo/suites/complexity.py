@@ -193,8 +193,8 @@ def formula_row(variant, profile, q_len, k_len, kv, counted) -> Result:
 
 def claims_verdict(board, variant) -> str:
     """'hold', 'VIOLATED: ...' or 'not measured' for the variant's complexity claims and FLOP formula."""
-    rows = board.results
-    verdicts = rows[(rows.variant == variant) & rows.check.isin(["flops-exponent", "memory-exponent", "flops-formula"])]
+    rows = board.rows(variant=variant)
+    verdicts = rows[rows.check.isin(["flops-exponent", "memory-exponent", "flops-formula"])]
     if (verdicts.status == FAILED).any():
         return "VIOLATED: " + "; ".join(sorted(set(verdicts[verdicts.status == FAILED].detail)))
     return "hold" if (verdicts.status == PASSED).any() else "not measured"
@@ -218,7 +218,7 @@ def axes(board, variant) -> list[zoo.Axis]:
 def details(board, variant) -> list:
     """The variant page's table of claimed and measured exponents."""
     card = board.card(variant)
-    mine = board.results[board.results.variant == variant]
+    mine = board.rows(variant=variant)
     exponent = {(r.check, r.mode, r.phase): r.value for r in mine.itertuples() if r.check.endswith("-exponent")}
     claims = [{"measure": f"{what} exponent ({mode} {phase})", "claimed": card.get(f"claimed_{key}"),
                "measured": fmt_exp(exponent.get((f"{check}-exponent", mode, phase))),
@@ -246,11 +246,12 @@ def section(board) -> zoo.Section:
     results, settings, rows, shapes = board.results, board.settings, [], board.settings_of(SUITE)
     for variant in board.variants:
         card = board.card(variant)
+        own = board.rows(variant=variant)
         for mode in ("full", "causal"):
-            flops = results[(results.variant == variant) & (results.check == "flops-exponent") & (results["mode"] == mode)]
+            flops = own[(own.check == "flops-exponent") & (own["mode"] == mode)]
             if flops.empty:
                 continue
-            mem = results[(results.variant == variant) & (results.check == "memory-exponent") & (results["mode"] == mode)]
+            mem = own[(own.check == "memory-exponent") & (own["mode"] == mode)]
             verdicts = pd.concat([flops, mem]).status
             cross = board.value(variant, "crossover-flops", mode, "fwd")
             rows.append({

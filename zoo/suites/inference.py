@@ -424,8 +424,8 @@ def _varies(board, variant, check, n, batch, versus="") -> bool:
 
 def mode_of_card(board, variant) -> str:
     """The mode a variant's decode rows were stored in (causal, or full for a context decoder)."""
-    rows = board.rows(SUITE)
-    modes = rows[(rows.variant == variant) & (rows.phase == DECODE)]["mode"].dropna()
+    rows = board.rows(SUITE, variant)
+    modes = rows[rows.phase == DECODE]["mode"].dropna()
     return modes.iloc[0] if not modes.empty else "causal"
 
 
@@ -440,8 +440,8 @@ def _batches(board) -> list[int]:
 
 
 def _why_not_timed(board, variant, n, batch) -> str:
-    rows = board.rows(SUITE)
-    here = rows[(rows.variant == variant) & (rows.check == "decode-time") & rows.status.isin([SKIPPED, ERROR])]
+    rows = board.rows(SUITE, variant)
+    here = rows[(rows.check == "decode-time") & rows.status.isin([SKIPPED, ERROR])]
     cell = here[(here.n == n) & (here.batch == batch)]
     if not cell.empty:
         return cell.detail.iloc[0]
@@ -452,8 +452,8 @@ def _why_not_timed(board, variant, n, batch) -> str:
 def _per_token_text(board, variant, growth, batch, context: bool) -> str:
     """The state's bytes per token of context (two counted contexts apart), or its fixed size; a context decoder's
     state is its context's, fixed while it decodes."""
-    rows = board.rows(SUITE)
-    mine = rows[(rows.variant == variant) & (rows.check == "state-bytes") & (rows.versus == "")
+    rows = board.rows(SUITE, variant)
+    mine = rows[(rows.check == "state-bytes") & (rows.versus == "")
                 & (rows.batch == batch)].dropna(subset=["value", "n"]).sort_values("n")
     if mine.empty:
         return "not measured"
@@ -548,7 +548,8 @@ def section(board) -> zoo.Section:
         for n in state_contexts:
             value = board.value(variant, "state-bytes", mode, DECODE, n, batch=small)
             state_row[f"context {n}"] = _fmt_bytes(value)
-        ratios = rows[(rows.variant == variant) & (rows.check == "state-ratio") & (rows.batch == small)].dropna(
+        ratios = board.rows(SUITE, variant)
+        ratios = ratios[(ratios.check == "state-ratio") & (ratios.batch == small)].dropna(
             subset=["value", "n"]).sort_values("n")
         state_row["/ standard KV cache"] = (f"{fmt_g(ratios.value.iloc[-1])} (context {int(ratios.n.iloc[-1])})"
                                             if not ratios.empty else "-")

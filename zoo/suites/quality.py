@@ -247,7 +247,8 @@ def columns(board, variant) -> dict:
         return {}
     source = board.source_text(SUITE)
     header = "quality: mean accuracy" + ("" if source == "this run" else f" ({source})")
-    scores = quality[(quality.variant == variant) & (quality.check == "accuracy")].dropna(subset=["value"])
+    scores = board.rows(SUITE, variant)
+    scores = scores[scores.check == "accuracy"].dropna(subset=["value"])
     return {header: f"{scores.value.mean():.3f}" if not scores.empty else
             "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")}
 
@@ -257,14 +258,13 @@ def details(board, variant) -> list:
     quality = board.rows(SUITE)
     if quality.empty:
         return []
-    scores = quality[(quality.variant == variant) & (quality.check == "accuracy")]
+    mine = board.rows(SUITE, variant)
     rows = []
-    for r in scores.itertuples():
+    for r in mine[mine.check == "accuracy"].itertuples():
         chance = _value_at(quality, None, "chance", r.setting)
-        rows.append({"task": r.setting, "accuracy": _score_text(quality, r),
+        rows.append({"task": r.setting, "accuracy": _score_text(mine, r),
                      "chance": "" if chance is None else f"{chance:.3f}"})
-    dense = set(quality[(quality.variant == variant) & (quality.check == "reduces-to")
-                        & (quality.status == MEASURED)].setting)
+    dense = set(mine[(mine.check == "reduces-to") & (mine.status == MEASURED)].setting)
     for row in rows if dense else []:  # a column only where some task saw dense attention
         row["dense attention here"] = "yes: outputs equal dense SDPA to 1e-10 (float64)" if row["task"] in dense else ""
     return [zoo.Table(f"Quality ({board.source_text(SUITE)})", list(rows[0]), rows)] if rows else []
@@ -293,7 +293,8 @@ def axes(board, variant) -> list[zoo.Axis]:
     scores = board.rows(SUITE)
     if scores.empty:
         return []
-    scores = scores[(scores.variant == variant) & (scores.check == "accuracy")].dropna(subset=["value"])
+    scores = board.rows(SUITE, variant)
+    scores = scores[scores.check == "accuracy"].dropna(subset=["value"])
     mean = float(scores.value.mean()) if not scores.empty else None
     return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}" if mean is not None else "not trained",
                      tie=0.02)]
@@ -313,7 +314,7 @@ def section(board) -> zoo.Section:
         row = {"variant": variant, "trained with": options_text(board.card(variant))}
         for task in tasks:
             hit = mine[mine.setting == task]
-            row[task] = _score_text(quality, next(hit.itertuples())) if not hit.empty else ""
+            row[task] = _score_text(board.rows(SUITE, variant), next(hit.itertuples())) if not hit.empty else ""
         rows.append(row)
     chance = {task: _value_at(quality, None, "chance", task) for task in tasks}
     rows.append({"variant": "(chance)", "trained with": "", **{t: "" if c is None else f"{c:.3f}" for t, c in chance.items()}})

@@ -384,7 +384,7 @@ def _varies(board, variant, mode, phase, n, versus="") -> bool:
 
 def _missing(board, variant: str, mode: str, phase: str, n) -> str:
     """Why a variant has no time at (mode, phase, n): the plan's, the safety net's or an error's words."""
-    rows = board.results[(board.results.variant == variant) & (board.results.suite == SUITE)]
+    rows = board.rows(SUITE, variant)
     if rows.empty:
         return "the speed suite did not run on this variant in this run"
     here = rows[(rows.n == n) & (rows["mode"] == mode) & rows.status.isin([SKIPPED, ERROR])]
@@ -433,8 +433,8 @@ def rank_figure(board, variant) -> zoo.RankFigure:
 def details(board, variant) -> list:
     """The variant page's times: every timed mode, pass and length, its own time, its ratio to the op its kind is
     compared with and to its best known implementation."""
-    mine = board.results[(board.results.variant == variant) & (board.results.check == "time")
-                         & (board.results.versus == "")].dropna(subset=["value"])
+    mine = board.rows(variant=variant)
+    mine = mine[(mine.check == "time") & (mine.versus == "")].dropna(subset=["value"])
     versus, label = _versus(board, variant), best_known(board.card(variant))
     rows = []
     for r in mine.sort_values(["mode", "phase", "n"]).itertuples():
@@ -556,8 +556,8 @@ def rank_intro(board) -> list[str]:
 
 def _kernels(board, variant, mode, phase, n) -> str:
     """The fused attention kernels a timed call ran (its sdpa-backend row), without aten's decorations."""
-    rows = board.results
-    rows = rows[(rows.variant == variant) & (rows.check == "sdpa-backend") & (rows["mode"] == mode)
+    rows = board.rows(variant=variant)
+    rows = rows[(rows.check == "sdpa-backend") & (rows["mode"] == mode)
                 & (rows.phase == phase) & (rows.n == n)].detail.dropna()
     if rows.empty:
         return ""
@@ -574,8 +574,8 @@ def _first_call(board, variant, who, mode, n) -> str:
 
 def _baseline_gap(board, variant, who, mode, n, notes) -> str:
     """Why a baseline has no ratio at n: the plan's reason if it left the baseline out."""
-    rows = board.results
-    rows = rows[(rows.variant == variant) & (rows.check == "plan") & (rows.versus == who) & (rows.n == n)
+    rows = board.rows(variant=variant)
+    rows = rows[(rows.check == "plan") & (rows.versus == who) & (rows.n == n)
                 & (rows["mode"] == mode)]
     return "not timed " + notes.mark(f"{who}, n={n}: {rows.detail.iloc[0]}") if not rows.empty else ""
 
@@ -590,9 +590,11 @@ def section(board) -> zoo.Section:
     rows = []
     for variant in variants:
         versus = _versus(board, variant)
+        timed = board.rows(SUITE, variant)
+        timed = timed[(timed.check == "time") & (timed.versus == "")]
         for mode in ("full", "causal"):
             for phase in PHASES:
-                if speed[(speed.variant == variant) & (speed["mode"] == mode) & (speed.phase == phase)].empty:
+                if timed[(timed["mode"] == mode) & (timed.phase == phase)].empty:
                     continue
                 row = {"variant": variant, "mode": mode, "pass": phase, "versus": versus}
                 for n in lengths:
@@ -612,7 +614,8 @@ def section(board) -> zoo.Section:
                 rows.append(row)
     extra = []
     for variant in variants:
-        mine = results[(results.variant == variant) & (results.check == "time-ratio")]
+        mine = board.rows(variant=variant)
+        mine = mine[mine.check == "time-ratio"]
         peers = set(board.card(variant).get("peers", []))
         for who in sorted((set(mine.versus) | peers) - {_versus(board, variant), best_known(board.card(variant))}):
             for mode in ("full", "causal"):
