@@ -87,6 +87,14 @@ def zoo_register_variants(register):
 '''
 
 
+KILL_THE_RUNNER = """
+import os, signal
+with open(f"/proc/{os.getppid()}/stat") as stat:  # a worker's parent is the run's launcher; the launcher's, the runner
+    os.kill(int(stat.read().rsplit(")", 1)[1].split()[1]), signal.SIGKILL)"""
+"""Statements for a plugin's code: kill the process that runs the worker's jobs (``zoo run``, or a Ray task), as
+kill -9 would."""
+
+
 def good_plugin(name: str, *, init: str = "", before: str = "", causal: str = "is_causal", output: str = "out",
                 reference_output: str = "out", variant: str = "", hookimpl: bool = True) -> str:
     """The source of a plain softmax-attention plugin named ``name``, as a plugin file holds it, or of a faulty

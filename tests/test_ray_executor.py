@@ -14,15 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import good_plugin, run_python, run_zoo
+from conftest import KILL_THE_RUNNER, good_plugin, run_python, run_zoo
 from zoo.leaderboard import render
 from zoo.store import Store
 
 pytest.importorskip("ray", reason="the Ray executor is an optional extra: pip install 'attention-zoo[ray]'")
 
-KILLS_RAY_WORKER = good_plugin("kills-ray-worker", before="""
-    import os, signal
-    os.kill(os.getppid(), signal.SIGKILL)""")
+KILLS_RAY_WORKER = good_plugin("kills-ray-worker", before=KILL_THE_RUNNER)
 
 
 def run(out, *args):

@@ -314,3 +314,42 @@ def test_a_job_whose_first_process_crashed_is_not_repeated(tmp_path):
     rows = store.results(store.latest_run())
     assert list(rows[rows.status == "error"].check) == ["worker"], rows  # one crash: the first process's
     assert "#2" in out.stderr and "#3" in out.stderr  # each further process accounted for, none run
+
+
+PARENT_CHECKS = '''
+import os
+
+import zoo
+
+
+def parent(variant, profile):
+    yield zoo.Result("parent", "measured", value=float(os.getppid()),
+                     detail="leads its session" if os.getsid(0) == os.getpid() else "in its parent's session")
+
+
+def parents(variant, profile, rows_by_process):
+    rows = [rows[0] for rows in rows_by_process]
+    yield zoo.Result("parents", "measured", value=float(len({row.value for row in rows})),
+                     samples=[row.value for row in rows], detail=", ".join(sorted({row.detail for row in rows})))
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(zoo.Check("parent", "parents", "the worker's parent process, in each process", parent, combine=parents))
+'''
+
+
+def test_every_worker_of_a_run_is_forked_by_one_launcher_into_a_session_of_its_own(tmp_path):
+    """Workers start from the run's launcher (torch imported once), each still a process and session of its own."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "parent_checks.py").write_text(PARENT_CHECKS)
+    out = run_zoo("run", "dot-product", "linear", "--suite", "parents", "--processes", 2, "--profile", "smoke",
+                  "--plugins-dir", plugins, "--out", tmp_path / "out", timeout=300)
+    assert out.returncode == 0, out.stderr
+    store = Store(tmp_path / "out" / "results.sqlite")
+    rows = store.results(store.latest_run())
+    combined = rows[rows.check == "parents"]
+    assert list(combined.value) == [1.0, 1.0], combined  # both processes of a variant: the same parent
+    assert set(combined.detail) == {"leads its session"}
+    assert len({pid for samples in combined.samples for pid in samples}) == 1  # and the same for both variants

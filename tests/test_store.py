@@ -3,19 +3,20 @@
 import multiprocessing
 import signal
 import sqlite3
+import textwrap
 
-from conftest import good_plugin, run_zoo
+from conftest import KILL_THE_RUNNER, good_plugin, run_zoo
 from zoo.folder import BoardFolder
 from zoo.store import Store
 
 NAMES = ["dot-product", "linear"]
 
-# A variant that kills the runner (its worker's parent) the first time it is called, as kill -9 would.
-RUNNER_KILLER = good_plugin("zz-killer", before="""
-    import os, signal
+# A variant that kills the runner the first time it is called, as kill -9 would.
+RUNNER_KILLER = good_plugin("zz-killer", before=f"""
+    import os
     if not os.path.exists(MARKER):
         open(MARKER, "w").close()
-        os.kill(os.getppid(), signal.SIGKILL)""")
+{textwrap.indent(KILL_THE_RUNNER, "        ")}""")
 
 
 def _run(out, *extra, plugins=None):

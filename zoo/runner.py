@@ -1,27 +1,23 @@
 """The runner: turns a selection into jobs (variant x suite x process, plain data), hands them to an executor,
 and writes each finished job to the store as it arrives (a repeated one again, combined, with each process).
 
-The local executor runs each variant's jobs in a worker process of its own (a fresh interpreter with
-the pinned allocator), under a time limit and a memory cap; a hang, crash or runaway allocation
-becomes an ``error`` row for that variant and the run goes on. A check that gives a ``combine`` (a timing)
-is repeated in further fresh processes, each a pass over every variant after all first processes, and a
-(variant, suite) is stored when its first process is in and again, combined, with each further one
-(:func:`combine_processes`).
+The local executor runs each variant's jobs in a worker process of its own (a fresh process with the pinned
+allocator, forked from the run's :mod:`launcher <zoo.launcher>`, which imported torch once), under a time
+limit and a memory cap; a hang, crash or runaway allocation becomes an ``error`` row for that variant and the
+run goes on. A check that gives a ``combine`` (a timing) is repeated in further fresh processes, each a pass
+over every variant after all first processes, and a (variant, suite) is stored when its first process is in
+and again, combined, with each further one (:func:`combine_processes`).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import datetime
 import json
 import os
-import resource
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,12 +28,12 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 from .checks import ERROR, WORKER_CHECK, Result, describe_exception
 from .contract import OptionError
 from .environment import ALLOCATOR_ENV, RUN_CACHE, cache_env
+from .launcher import Launcher, Worker
 from .profiles import Profile
 from .registry import Registry, source_hash
 from .store import Store
 
 
-PR_SET_PDEATHSIG = 1
 SCRATCH_PREFIX = "zoo-worker-"  # + the runner's pid: a folder whose runner died (kill -9) is removed next run
 
 
@@ -146,14 +142,16 @@ class LocalExecutor:
                 failed.add((record["variant"], record["suite"]))
             on_job(record)
 
-        with CtrlC() as ctrl_c, tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-run-") as shared:
+        with CtrlC() as ctrl_c, tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-run-") as shared, \
+                Launcher(worker_env(shared), Path(shared) / "launcher.txt") as launcher:
             for (variant, _), worker_jobs in by_worker.items():
                 for job in [job for job in worker_jobs if (job.variant, job.suite) in failed]:
                     on_job({"variant": job.variant, "suite": job.suite, "process": job.process, "status": "done",
                             "checks": []})  # not repeated: nothing to combine
                 worker_jobs = [job for job in worker_jobs if (job.variant, job.suite) not in failed]
                 while worker_jobs:
-                    worker_jobs = run_in_worker(worker_jobs, self.options, on_check, noting, ctrl_c, shared_dir=shared)
+                    worker_jobs = run_in_worker(worker_jobs, self.options, on_check, noting, ctrl_c, shared_dir=shared,
+                                                launcher=launcher)
             ctrl_c.check()
 
 
@@ -191,14 +189,23 @@ class CtrlC:
             raise KeyboardInterrupt(self.pressed)
 
 
+def worker_env(shared_dir: str | None = None) -> dict[str, str]:
+    """The environment workers run in: the runner's, the pinned allocator, torch's caches in the zoo's folder,
+    unbuffered output (a crash leaves its last words in the log), and the folder the run's workers share
+    (:data:`zoo.environment.RUN_CACHE`)."""
+    return {**os.environ, **ALLOCATOR_ENV, **cache_env(), "PYTHONUNBUFFERED": "1",
+            **({RUN_CACHE: shared_dir} if shared_dir else {})}
+
+
 def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict], None],
                   on_job: Callable[[dict], None], ctrl_c: CtrlC | None = None,
-                  shared_dir: str | None = None) -> list[Job]:
+                  shared_dir: str | None = None, launcher: Launcher | None = None) -> list[Job]:
     """Run ``jobs`` in one fresh worker process, reporting each finished check and job as it lands. The time
     limit is each job's; a job the worker did not finish (crash, hang, memory) is reported with an ``error``
     row, and the jobs after it, which never ran, are returned for a new worker (so a slow quality job never
     costs a variant its other suites). ``shared_dir``: the folder the run's workers share
-    (:data:`zoo.environment.RUN_CACHE`)."""
+    (:data:`zoo.environment.RUN_CACHE`); ``launcher``: the run's (:mod:`zoo.launcher`; None: one for this worker
+    alone)."""
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         spec_path, out_path, log_path = (Path(scratch) / name for name in ("spec.json", "out.jsonl", "log.txt"))
         spec_path.write_text(json.dumps({
@@ -208,14 +215,10 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
             "memory_limit_bytes": options.memory_limit_bytes,
         }))
         out_path.touch()
-        env = {**os.environ, **ALLOCATOR_ENV, **cache_env(), "PYTHONUNBUFFERED": "1",
-               **({RUN_CACHE: shared_dir} if shared_dir else {})}
-        with open(log_path, "w") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "zoo.worker", str(spec_path), str(out_path)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                preexec_fn=_worker_setup(options.memory_limit_bytes), start_new_session=True,
-            )
+        with contextlib.ExitStack() as stack:
+            if launcher is None:  # a worker on its own (a Ray task's): a launcher for it alone
+                launcher = stack.enter_context(Launcher(worker_env(shared_dir), Path(scratch) / "launcher.txt"))
+            process = launcher.start([spec_path, out_path], log_path, options.memory_limit_bytes)
             done: set[tuple[str, str, int]] = set()
             partial: dict[tuple[str, str, int], list[tuple[str, list[dict]]]] = {}
             deadline = time.monotonic() + options.timeout_seconds
@@ -255,7 +258,7 @@ def error_job(job: Job, reason: str, checks: list[tuple[str, list[dict]]] | None
 
 
 @contextlib.contextmanager
-def _killed_on_exit(process: subprocess.Popen):
+def _killed_on_exit(process: Worker):
     """On Ctrl-C (or any error) in the runner, stop the worker too: it runs in a session of its own."""
     try:
         yield
@@ -280,24 +283,7 @@ def _complete_lines(handle) -> Iterable[dict]:
             continue
 
 
-def _worker_setup(memory_limit: int | None):
-    """Runs in the worker before it starts: Ctrl-C ignored (the runner stops it), the memory cap, and
-    death with its parent (Linux), so a killed run leaves no orphan behind."""
-
-    def apply() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle (it stops the worker)
-        if memory_limit:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-        if sys.platform.startswith("linux"):
-            try:
-                ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            except OSError:
-                pass
-
-    return apply
-
-
-def _kill(process: subprocess.Popen) -> None:
+def _kill(process: Worker) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:

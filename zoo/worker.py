@@ -1,4 +1,5 @@
-"""A worker: runs jobs (variant x suite) described by plain data, in a fresh interpreter.
+"""A worker: runs jobs (variant x suite) described by plain data, in a fresh process (forked by the run's
+:mod:`zoo.launcher`, or an interpreter of its own).
 
 ``python -m zoo.worker SPEC OUT`` reads the JSON spec, and appends one JSON line to OUT per finished
 check and per finished job. Results never travel over stdout, so a plugin that prints cannot corrupt them.
