@@ -262,8 +262,7 @@ class Board:
     stale_jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # jobs of an older source, their rows dropped
     folder: str | None = None  # the board's folder as a reader would type it (the refresh command's --out)
     notes: Footnotes = field(default_factory=Footnotes)
-    _index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _parts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, store: Store, run_id: str, suites: dict[str, Suite], folder: str | None = None,
@@ -336,16 +335,15 @@ class Board:
         (``suite`` None: every suite's accumulated rows); ``variant``: only that variant's. Split once per results
         frame: a render asks for them thousands of times, and filtering the whole frame for each was a large part of
         its time."""
-        if self._parts.get("frame") is not self.results:
-            self._parts = {"frame": self.results, "split": {}}
-        split = self._parts["split"]
+        derived = self._derived_from_results()
+        split = derived.setdefault("split", {})
         if suite not in split:
             if suite is None:
                 whole = self.results
             else:
-                if "suites" not in self._parts:
-                    self._parts["suites"] = dict(tuple(self.results.groupby("suite", sort=False)))
-                whole = self._parts["suites"].get(suite, self.results.iloc[:0])
+                if "suites" not in derived:
+                    derived["suites"] = dict(tuple(self.results.groupby("suite", sort=False)))
+                whole = derived["suites"].get(suite, self.results.iloc[:0])
                 whole = whole if not whole.empty or suite not in self.carried else self.carried[suite]
             split[suite] = (whole, dict(tuple(whole.groupby("variant", sort=False))))
         whole, by_variant = split[suite]
@@ -385,12 +383,19 @@ class Board:
         """The results rows of one (check, mode, phase, versus) as records, in their order, from an index built
         once per results frame: a render asks :meth:`value` thousands of times, and filtering the whole frame for
         each was most of its time."""
-        if self._index.get("frame") is not self.results:
-            index = {}
+        derived = self._derived_from_results()
+        if "records" not in derived:
+            index = derived["records"] = {}
             for record in self.results.to_dict("records"):
                 index.setdefault(tuple(record[key] for key in ("check", "mode", "phase", "versus")), []).append(record)
-            self._index = {"frame": self.results, "records": index}
-        return self._index["records"].get((check, mode, phase, versus), [])
+        return derived["records"].get((check, mode, phase, versus), [])
+
+    def _derived_from_results(self) -> dict:
+        """What :meth:`rows` and :meth:`value` derive from the results frame (its splits and index), made again
+        when the frame is replaced."""
+        if self._derived.get("frame") is not self.results:
+            self._derived = {"frame": self.results}
+        return self._derived
 
     # --- rows of an older source ------------------------------------------------------------------------
 

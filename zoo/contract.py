@@ -172,6 +172,10 @@ class Target:
         return ((self.at_most is None or value <= self.at_most)
                 and (self.at_least is None or value >= self.at_least))
 
+    def missed_by(self, low: float, high: float) -> bool:
+        """Whether no value between ``low`` and ``high`` (a figure's interval) meets the target's bounds."""
+        return (self.at_most is not None and low > self.at_most) or (self.at_least is not None and high < self.at_least)
+
 
 DEPARTURE_KINDS = {
     "convention": "a layout or convention the paper writes another way (equivalent after rearranging weights)",

@@ -53,14 +53,20 @@ def render(store: Store, run_id: str, out_dir: Path, keep_runs: bool = False,
     return BoardFolder(out_dir).publish(files, store=store if keep_runs else None, remove=stale)
 
 
+def _board_of(store: Store, run_id: str, suites: dict[str, Suite], folder: Path,
+              held_runs: dict[str, str] | None) -> Board:
+    """The board of ``run_id`` in ``folder``, without the rows of runs held back from it (``held_runs``:
+    :func:`board_run`'s, where the caller has them; else found here)."""
+    held_runs = board_run(store, suites)[1] if held_runs is None else held_runs
+    return Board.of(store, run_id, suites, folder=typed_folder(folder), exclude=frozenset(held_runs) - {run_id})
+
+
 def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suite] | None = None,
                 held_back: str | None = None, held_runs: dict[str, str] | None = None) -> dict[str, bytes]:
     """The board for ``run_id`` as file name -> content: README.md, index.html, results.csv and the sections'
     plots. Only the plots of boards published in ``out_dir``'s subfolders are read from disk."""
     suites = registered_suites() if suites is None else suites
-    held_runs = board_run(store, suites)[1] if held_runs is None else held_runs
-    board = Board.of(store, run_id, suites, folder=typed_folder(Path(out_dir).parent if held_back else out_dir),
-                     exclude=frozenset(held_runs) - {run_id})
+    board = _board_of(store, run_id, suites, Path(out_dir).parent if held_back else out_dir, held_runs)
     board.environment = {**board.environment, **_ran_on(board.jobs),
                          **({"held back": f"this run did not replace its folder's board: {held_back}"} if held_back else {})}
     results = board.results
@@ -387,8 +393,7 @@ def _verdict(target: Target, figures: list[tuple[float, float, float]]) -> str:
     could flip between two runs, and the board says so instead of picking a side."""
     if all(target.met_by(low) and target.met_by(high) for _, low, high in figures):
         return "met"
-    if any((target.at_most is not None and low > target.at_most) or (target.at_least is not None and high < target.at_least)
-           for _, low, high in figures):
+    if any(target.missed_by(low, high) for _, low, high in figures):
         return "not met"
     return "within noise"
 
@@ -493,8 +498,7 @@ def summary(store: Store, run_id: str, suites: dict[str, Suite], out_dir: Path,
     """What a run ends with on the terminal, from its board in ``out_dir``: per variant its kind, the gate and
     its ranking figure; and a line per variant with rows of an older source left off, with its refresh command
     (``held_runs``: :func:`board_run`'s held-back runs, where the caller has them)."""
-    held_runs = board_run(store, suites)[1] if held_runs is None else held_runs
-    board = Board.of(store, run_id, suites, folder=typed_folder(out_dir), exclude=frozenset(held_runs) - {run_id})
+    board = _board_of(store, run_id, suites, out_dir, held_runs)
     rows = []
     for variant in board.variants:
         figure = board.rank_figure(variant)
