@@ -361,13 +361,18 @@ def test_a_line_duplicated_or_lost_is_seen(tmp_path, capsys, edit, message):
     assert snapshot(folder) == before
 
 
-def test_a_duplicated_line_and_a_byte_that_is_not_utf8_are_refused_by_every_command(tmp_path, capsys):
+def test_a_duplicated_line_an_orphan_jobs_line_and_a_byte_that_is_not_utf8_are_refused_by_every_command(tmp_path,
+                                                                                                        capsys):
     folder = tmp_path / "board"
     published(folder)
     (folder / "results.sqlite").unlink()
     good = (folder / "runs.jsonl").read_bytes()
     first = good.split(b"\n")[0]
+    lines = good.decode().splitlines()
+    at = _line(folder, "jobs")
+    orphan = "\n".join([*lines[:at], json.dumps({**json.loads(lines[at]), "run_id": "no-such-run"}), *lines[at + 1:]])
     for bad, message in ((first + b"\n" + good, "runs.jsonl:2: run "),
+                         ((orphan + "\n").encode(), f"runs.jsonl:{at + 1}: a jobs record of run 'no-such-run'"),
                          (good + b'{"table": "\xff"}\n', "not UTF-8 text (byte 0xff at column 12)")):
         (folder / "runs.jsonl").write_bytes(bad)
         before = snapshot(folder)
@@ -479,6 +484,23 @@ def test_a_full_disk_while_publishing_leaves_the_previous_board_and_no_temporary
     assert _board_files(snapshot(folder)) == _board_files(old)
     assert list((folder / ".zoo-cache").iterdir()) == [folder / ".zoo-cache" / "lock"]
     assert second in set(store.runs().run_id)  # the finished results stay in the store
+
+
+def test_a_full_disk_while_zoo_leaderboard_publishes_is_one_line_naming_the_disk(tmp_path, monkeypatch, capsys):
+    import zoo.folder
+
+    folder = tmp_path / "board"
+    _, _, old, _ = _two_boards(folder)
+
+    def fills_the_disk(path, content):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(zoo.folder, "_write_durably", fills_the_disk)
+    status, out = zoo_here(capsys, "leaderboard", "--out", folder)
+    errors = [line for line in out if not line.startswith("zoo: warning:")]  # the fabricated run is not exported yet
+    assert status != 0 and len(errors) == 1, out
+    assert "no space left on the disk holding" in errors[0] and str(folder) in errors[0], out
+    assert _board_files(snapshot(folder)) == _board_files(old)
 
 
 def test_a_full_disk_while_recording_a_job_is_called_a_full_disk(tmp_path, monkeypatch):
@@ -619,6 +641,7 @@ def test_a_damaged_or_empty_store_is_refused_by_every_command_and_never_modified
                  ["prune", "--unshown", "--out", folder], ["merge", elsewhere / "results.sqlite", "--out", folder],
                  ["merge", database, "--out", elsewhere],
                  ["run", "dot-product", "--suite", "correctness", "--profile", "smoke", "--out", folder],
+                 ["run-all", "--suite", "correctness", "--profile", "smoke", "--out", folder],
                  ["run-all", "--resume", "--out", folder]):
         status, out = zoo_here(capsys, *args)
         assert status == 2 and len(out) == 1 and "results.sqlite" in out[0], (args, out)

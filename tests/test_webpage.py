@@ -239,6 +239,7 @@ def assert_page_shows(page: str, data: dict, captions: list[str]) -> None:
     start = '<script type="application/json" id="board-data">'
     block = page.split(start, 1)[1].split("</script", 1)[0]
     assert "<" not in block  # no "<!--" or "<script": the tokenizer never leaves plain script data
+    assert not {">", "&", "\u2028", "\u2029"} & set(block) and block.isascii()  # no markup at all; no line breaks JS sees
     assert json.loads(block, parse_constant=_no_constant) == data
     assert page.endswith(f"{start}{block}</script>\n<script>{webpage.SCRIPT}</script>\n</body></html>\n")
     assert len(re.findall("<script", page, re.IGNORECASE)) == 2
