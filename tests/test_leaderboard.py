@@ -169,9 +169,9 @@ def test_each_variant_is_shown_against_its_best_known_implementation_and_flagged
         ("b", "torch-sdpa", "fwd+bwd", "1.08x behind?", "", "behind at n=256?")]
 
 
-def _timed_run(tmp_path):
+def _timed_run(tmp_path, comparator_times=(None, None, None)):
     """A stored run of three checked cores timed in three processes: a and b within each other's interval, c
-    clear of both; b's interval is wide."""
+    clear of both; b's interval is wide. ``comparator_times``: torch SDPA's time in each one's job (s)."""
     from zoo.profiles import get_profile
     from zoo.store import Store
 
@@ -180,10 +180,13 @@ def _timed_run(tmp_path):
     run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
     n = profile.of("speed").reference_length
     where = {"n": n, "mode": "full", "phase": "fwd+bwd"}
-    for variant, (ratio, low, high) in {"a": (0.90, 0.88, 0.93), "b": (0.92, 0.80, 1.05), "c": (1.40, 1.38, 1.41)}.items():
+    cells = {"a": (0.90, 0.88, 0.93), "b": (0.92, 0.80, 1.05), "c": (1.40, 1.38, 1.41)}
+    for (variant, (ratio, low, high)), comparator in zip(cells.items(), comparator_times):
         store.record_job(run, variant, "correctness", "done", 1.0, {"card": {"kind": "core"}},
                          [{"check": "reference", "status": "passed"}])
         store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "core"}}, [
+            *([{"check": "time", "status": "measured", "value": comparator, "low": comparator, "high": comparator,
+                "versus": "torch-sdpa", **where}] if comparator else []),
             {"check": "time", "status": "measured", "value": ratio * 1e-3, "low": low * 1e-3, "high": high * 1e-3,
              "samples": [ratio * 1e-3] * 6, **where},
             {"check": "time-ratio", "status": "measured", "value": ratio, "low": low, "high": high,
@@ -210,6 +213,28 @@ def test_overlapping_intervals_tie_a_wide_one_is_marked_and_the_board_states_its
     readme = render(store, run, tmp_path / "board")[0].read_text()
     assert ("Reproducibility: each cell was timed in 3 fresh processes" in readme
             and "2 of 6 of these figures have one wider than 0.1 of their value" in readme), readme  # b: time and ratio
+
+
+def test_an_own_time_carries_the_machines_drift_over_the_run_and_a_ratio_does_not(tmp_path):
+    """torch SDPA, timed beside each of three variants in its own job, landing 30% apart marks a's own time (its
+    processes agreed within 6%) varies, not its ratio; SDPA landing within 2% leaves a's time unmarked."""
+    from zoo.board import Board
+    from zoo.leaderboard import registered_suites, render
+    from zoo.suites.speed import _varies
+
+    for times, drifted in (((1e-3, 1.3e-3, 1e-3), True), ((1e-3, 1.02e-3, 1e-3), False)):
+        folder = tmp_path / str(drifted)
+        folder.mkdir()
+        store, run = _timed_run(folder, times)
+        board = Board.of(store, run, registered_suites())
+        n = board.settings_of("speed").reference_length
+        assert _varies(board, "a", "full", "fwd+bwd", n) is drifted
+        assert not _varies(board, "a", "full", "fwd+bwd", n, "torch-sdpa")
+        assert _varies(board, "b", "full", "fwd+bwd", n, "torch-sdpa")  # its own interval is wide either way
+        readme = render(store, run, folder / "board")[0].read_text()
+        assert f"landed apart by (largest - smallest) / median {0.3 if drifted else 0.02:g} (median" in readme, readme
+        own = r"\| a +\| full +\| fwd\+bwd +\| torch-sdpa +\| 0\.9 ms " + (r"varies " if drifted else "") + r"\(0\.9x\)"
+        assert re.search(own, readme), readme
 
 
 def _png(pixels) -> bytes:

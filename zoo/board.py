@@ -390,6 +390,33 @@ class Board:
                 index.setdefault(tuple(record[key] for key in ("check", "mode", "phase", "versus")), []).append(record)
         return derived["records"].get((check, mode, phase, versus), [])
 
+    def drift(self, suite: str, check: str, comparators, mode: str, phase: str, n, batch=None
+              ) -> tuple[float, float] | None:
+        """How far the machine itself drifted over the run at one cell: the same comparator call (one of
+        ``comparators``), timed beside each variant in its own job, landed from (smallest / median, largest /
+        median) of that call's times over the run's jobs. Every absolute time on the board carries this drift; a
+        ratio measured in the same rounds as its comparator does not. None where fewer than three jobs timed a
+        comparator there."""
+        return self._drift_cells(suite, check, comparators).get(_cell_key(mode, phase, n, batch))
+
+    def drifts(self, suite: str, check: str, comparators) -> list[float]:
+        """Every cell's :meth:`drift` as its width, (largest - smallest) / median, for a board's summary line."""
+        return [high - low for low, high in self._drift_cells(suite, check, comparators).values()]
+
+    def _drift_cells(self, suite: str, check: str, comparators) -> dict[tuple, tuple[float, float]]:
+        derived = self._derived_from_results()
+        key = ("drift", suite, check, tuple(comparators))
+        if key not in derived:
+            rows = self.rows(suite)
+            rows = rows[(rows.check == check) & rows.versus.isin(list(comparators)) & (rows.value > 0)]
+            relative: dict[tuple, list[float]] = {}
+            for (mode, phase, n, batch, _), group in rows.groupby(["mode", "phase", "n", "batch", "versus"],
+                                                                   dropna=False):
+                if len(group) >= 3:
+                    relative.setdefault(_cell_key(mode, phase, n, batch), []).extend(group.value / group.value.median())
+            derived[key] = {cell: (float(min(values)), float(max(values))) for cell, values in relative.items()}
+        return derived[key]
+
     def _derived_from_results(self) -> dict:
         """What :meth:`rows` and :meth:`value` derive from the results frame (its splits and index), made again
         when the frame is replaced."""
@@ -451,6 +478,11 @@ class Board:
     def required_suites(self) -> list[str]:
         """The suites ranking waits for, in board order."""
         return [name for name, suite in sorted(self.suites.items(), key=lambda item: item[1].order) if suite.required]
+
+
+def _cell_key(mode, phase, n, batch) -> tuple:
+    """A timed cell as a dictionary key: n and batch as floats (the frame's), None where absent."""
+    return mode, phase, None if n is None or pd.isna(n) else float(n), None if batch is None or pd.isna(batch) else float(batch)
 
 
 def checked_by(rows: pd.DataFrame, suite: str) -> bool:

@@ -416,10 +416,18 @@ def _fmt_token(seconds) -> str:
 
 
 def _varies(board, variant, check, n, batch, versus="") -> bool:
-    value, low, high = (board.value(variant, check, mode_of_card(board, variant), DECODE, n, versus=versus, field=f,
-                                    batch=batch) for f in ("value", "low", "high"))
+    """The figure's interval (every process's median, at least the steps' spread; for the variant's own time per
+    token also the machine's drift over the run, :meth:`Board.drift`) is wider than the run's threshold."""
+    mode = mode_of_card(board, variant)
+    value, low, high = (board.value(variant, check, mode, DECODE, n, versus=versus, field=f, batch=batch)
+                        for f in ("value", "low", "high"))
     threshold = getattr(board.settings_of(SUITE), "interval_threshold", None)
-    return None not in (value, low, high, threshold) and value > 0 and (high - low) / value > threshold
+    if None in (value, low, high, threshold) or value <= 0:
+        return False
+    drift = board.drift(SUITE, check, STANDARD.values(), mode, DECODE, n, batch) if check == "decode-time" else None
+    if drift is not None and not versus:
+        low, high = min(low, value * drift[0]), max(high, value * drift[1])
+    return (high - low) / value > threshold
 
 
 def mode_of_card(board, variant) -> str:
@@ -569,6 +577,7 @@ def section(board) -> zoo.Section:
                 row[f"context {n}"] = (f"{_fmt_token(t)} ({fmt_x(x)}" + (f", {fraction:.0%} of bandwidth" if fraction
                                        is not None else "") + ")" + (f" {marks}" if marks else ""))
             times.append(row)
+    drifts = board.drifts(SUITE, "decode-time", STANDARD.values())
     bandwidth = rows[rows.check == "read-bandwidth"].value.dropna()
     setting = rows[rows.check == "read-bandwidth"].setting.dropna()
     text = [
@@ -589,7 +598,10 @@ def section(board) -> zoo.Section:
         + ": decoding reads its whole state once per token, so that is its limit, and at batch 1 what is left of a "
         "step beyond it (1 - the fraction) is compute and framework overhead; over 100%, part of what the step read "
         "was still in the CPU's caches. *varies*: the figure's interval (every process's median, at least the steps' "
-        "interquartile range) is wider than the run's threshold.",
+        "interquartile range; for a time per token also the machine's drift over the run: the standard decode, "
+        "timed beside each variant in its own job, landed apart by (largest - smallest) / median "
+        + (f"{statistics.median(drifts):.3g} over the cells, largest {max(drifts):.3g}" if drifts else "(not measured)")
+        + ") is wider than the run's threshold; compare ratios, measured in the same turns, not times, between runs.",
     ]
     tables = [zoo.Table("State each sequence keeps", [], states),
               zoo.Table("Time per generated token", [], times, footnotes=notes.reasons)]

@@ -366,12 +366,18 @@ def _is_noisy(board, variant, mode, phase, n) -> bool:
 
 
 def _width(board, variant, mode, phase, n, versus="") -> float | None:
-    """How wide the figure's stated interval is, as a fraction of it: the variant's time (versus: its ratio to that
-    callable). None for a figure stored without an interval."""
+    """How wide the figure's stated interval is, as a fraction of it: the variant's time, with the machine's drift
+    over the run (:meth:`Board.drift`), or (versus) its ratio to that callable, measured in the same rounds. None for
+    a figure stored without an interval."""
     check = "time-ratio" if versus else "time"
     value, low, high = (board.value(variant, check, mode, phase, n, versus=versus, field=f)
                         for f in ("value", "low", "high"))
-    return None if None in (value, low, high) or value <= 0 else (high - low) / value
+    if None in (value, low, high) or value <= 0:
+        return None
+    drift = None if versus else board.drift(SUITE, "time", COMPARATORS.values(), mode, phase, n)
+    if drift is not None:
+        low, high = min(low, value * drift[0]), max(high, value * drift[1])
+    return (high - low) / value
 
 
 def _varies(board, variant, mode, phase, n, versus="") -> bool:
@@ -509,11 +515,18 @@ def _noise_line(board) -> str:
 
 def _reproducibility_line(board) -> str:
     """The run's reproducibility figures: how far apart its processes' medians of one cell land, for the ratios to
-    the op each kind is ranked against and for the variants' own times, and how many figures are marked."""
+    the op each kind is ranked against and for the variants' own times, how far the machine drifted over the run,
+    and how many figures are marked."""
+    drifts = board.drifts(SUITE, "time", COMPARATORS.values())
+    drift = (" The machine itself drifted over the run: the op each kind is ranked against, timed beside each "
+             "variant in that variant's job, landed apart by (largest - smallest) / median "
+             f"{statistics.median(drifts):.3g} (median over the cells), largest {max(drifts):.3g}; a variant's own "
+             "time carries that drift, a ratio measured in the same rounds as its comparator does not, so compare "
+             "ratios, not times, between runs." if drifts else "")
     rows = board.results[(board.results.suite == SUITE) & (board.results.check == "time-between")]
     if rows.empty:
-        return ("Reproducibility: each cell was timed in one process, so nothing here says how far a rerun would "
-                "land (run with --processes 2 or more).")
+        return ("Reproducibility: each cell was timed in one process, so nothing here says how far a rerun of it "
+                "would land (run with --processes 2 or more)." + drift)
     comparators = {variant: _versus(board, variant) for variant in board.variants}
     ratios = rows[rows.versus == rows.variant.map(comparators)]
     times = rows[rows.versus == ""]
@@ -525,10 +538,10 @@ def _reproducibility_line(board) -> str:
               for r in frame.itertuples()]
     return (f"Reproducibility: each cell was timed in {board.settings.get('processes') or 'several'} fresh processes, "
             f"each a separate pass over the run's variants; the spread of their medians ((largest - smallest) / "
-            f"median): {described}. A figure's interval [low-high] spans every process's median and at least the "
-            f"rounds' interquartile range; " + (f"{sum(marked)} of {len(marked)} of these figures have one wider than "
-                                                 f"{threshold:g} of their value and are marked *varies* (a rerun may "
-                                                 "land elsewhere); " if threshold is not None else "")
+            f"median): {described}.{drift} A figure's interval [low-high] spans every process's median and at least "
+            "the rounds' interquartile range, a time's also the run's drift; "
+            + (f"{sum(marked)} of {len(marked)} of these figures have one wider than {threshold:g} of their value and "
+               "are marked *varies* (a rerun may land elsewhere); " if threshold is not None else "")
             + "ranked variants whose intervals overlap share a rank.")
 
 
@@ -660,7 +673,8 @@ def section(board) -> zoo.Section:
             "layers) on the same shapes in the same process (median of per-round ratios, over every process that "
             "timed the cell); *noisy* marks a cell whose IQR/median stayed above the run's threshold after "
             "re-measuring, *varies* a time or ratio whose interval (every process's median, at least the rounds' "
-            "interquartile range) is wider than the run's threshold (a rerun may land elsewhere). An approximation's "
+            "interquartile range; for a time also the machine's drift over the run, see Reproducibility above) is "
+            "wider than the run's threshold (a rerun may land elsewhere). An approximation's "
             "forward "
             "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
