@@ -40,6 +40,8 @@ def test_a_bfloat16_run_times_bfloat16_tensors_and_says_so(registry):
     rows = list(run_speed(registry.variant("dot-product"), PROFILE.with_overrides(dtype="bfloat16")))
     peak = next(r for r in rows if r.check == "matmul-peak")
     assert peak.setting.startswith("bfloat16") and peak.value > 0
+    size = int(peak.setting.split()[1].split("x")[0])  # measured at the size that keeps one call short
+    assert peak.setting.startswith(f"bfloat16 {size}x{size} matmul") and 2 * size ** 3 / (peak.value * 1e9) <= 1.5
     assert {r.n for r in rows if r.check == "time"} == set(PROFILE.of("speed").lengths)
 
 
