@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import run_zoo
 from zoo import webpage
 from zoo.leaderboard import render
 from zoo.store import Store
@@ -24,9 +25,16 @@ SCREENSHOTS = Path(__file__).resolve().parent.parent / "build" / "screenshots"
 
 @pytest.fixture(scope="module")
 def page_path(smoke_run, tmp_path_factory):
-    store, run_id = smoke_run
+    """The page of the smoke run with a quality job of multi-head added to a copy of its folder (the smoke run
+    leaves quality out for its time), so a variant page holds every suite's figures."""
+    store, _ = smoke_run
+    folder = tmp_path_factory.mktemp("with-quality") / "board"
+    shutil.copytree(Path(store.path).parent, folder)
+    done = run_zoo("run", "multi-head", "--profile", "smoke", "--suite", "quality", "--out", folder)
+    assert done.returncode == 0, done.stderr
+    store = Store(folder / "results.sqlite")
     out = tmp_path_factory.mktemp("board")
-    written = render(store, run_id, out)
+    written = render(store, store.latest_run(), out)
     assert out / "index.html" in written
     return out / "index.html"
 
@@ -90,6 +98,7 @@ def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path)
         assert re.search(r"Standing\s+ranked\s", panel) and re.search(r"Options\s+none\s", panel)  # it has no options
         times = page.eval_on_selector_all("#variant-panel h3", "hs => hs.map(h => h.textContent)")
         assert "Times per length" in times and "x nn.MultiheadAttention" in panel  # every timed cell, with its ratio
+        assert "Quality (this run)" in times and re.search(r"long-range-copy\s+0\.\d+ ± 0\.\d+\s+0\.062", panel)
         page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
         page.evaluate("() => { location.hash = '#variant-linear'; }")
         page.wait_for_function("() => document.getElementById('variant-title')?.textContent === 'linear'")
