@@ -20,7 +20,6 @@ import ctypes
 import importlib
 import json
 import os
-import pkgutil
 import random
 import resource
 import select
@@ -163,10 +162,10 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for module in PRELOADED:
         importlib.import_module(module)
-    suites = importlib.import_module("zoo.suites")
-    for info in pkgutil.iter_modules(suites.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"zoo.suites.{info.name}")
+    from .registry import core_modules
+
+    for module in core_modules():
+        importlib.import_module(module)
     replies = sys.stdout
     for line in sys.stdin:
         request = json.loads(line)

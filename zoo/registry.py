@@ -83,6 +83,18 @@ class _PluginManager(pluggy.PluginManager):
         return opts
 
 
+def package_modules(package_name: str) -> list[str]:
+    """The public modules of a package (a name starting with '_' is private), sorted: each one plugin."""
+    package = importlib.import_module(package_name)
+    return [f"{package_name}.{info.name}" for info in sorted(pkgutil.iter_modules(package.__path__),
+                                                             key=lambda i: i.name) if not info.name.startswith("_")]
+
+
+def core_modules() -> list[str]:
+    """The zoo's own suite modules, loaded as core plugins (and imported by the launcher before it forks)."""
+    return [name for package_name in CORE_PACKAGES for name in package_modules(package_name)]
+
+
 def _split_env(name: str) -> list[str]:
     return [part.strip() for part in os.environ.get(name, "").split(",") if part.strip()]
 
@@ -220,23 +232,18 @@ class Registry:
 
     def load_core(self) -> None:
         """The zoo's own suites (zoo.suites.*)."""
-        for package_name in CORE_PACKAGES:
-            package = importlib.import_module(package_name)
-            for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-                if info.name.startswith("_"):
-                    continue
-                if info.name in self.blocked:
-                    self.failures.append(PluginFailure(info.name, "core", f"{ENV_BLOCK}: {info.name!r} is one of the "
-                                                       "zoo's own suites, part of the harness, and was not blocked "
-                                                       "(choose suites with --suite)"))
-                self.load_module(f"{package_name}.{info.name}", "core")
+        for module_name in core_modules():
+            name = module_name.rpartition(".")[2]
+            if name in self.blocked:
+                self.failures.append(PluginFailure(name, "core", f"{ENV_BLOCK}: {name!r} is one of the zoo's own "
+                                                   "suites, part of the harness, and was not blocked (choose suites "
+                                                   "with --suite)"))
+            self.load_module(module_name, "core")
 
     def load_builtins(self) -> None:
         """The built-in variant plugins (package zoo_builtins)."""
-        package = importlib.import_module(BUILTIN_PACKAGE)
-        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-            if not info.name.startswith("_"):
-                self.load_module(f"{BUILTIN_PACKAGE}.{info.name}", "builtin")
+        for module_name in package_modules(BUILTIN_PACKAGE):
+            self.load_module(module_name, "builtin")
 
     def load_entry_points(self) -> None:
         """Installed distributions with an entry point in group zoo."""
