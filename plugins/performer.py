@@ -59,8 +59,9 @@ class PerformerAttention(nn.Module):
     def logits(self, x):
         """log(phi(x) sqrt(m)) = W x - |x|^2 / 2 on (batch, heads, seq, d), in float32 at least."""
         x = x.to(torch.promote_types(x.dtype, torch.float32))
-        x = x * x.shape[-1] ** -0.25
-        return x @ self.projection.to(x.dtype).transpose(-2, -1) - (x * x).sum(-1, keepdim=True) / 2
+        scale = x.shape[-1] ** -0.25  # the norm from x itself, not from x * scale: autograd keeps one tensor less
+        return (x * scale) @ self.projection.to(x.dtype).transpose(-2, -1) - (x * x).sum(-1, keepdim=True) * (
+            scale * scale / 2)
 
     def query_features(self, x):
         """phi(x) sqrt(m) for queries, shifted by each query's own largest logit (it cancels in the ratio)."""
