@@ -77,3 +77,29 @@ def test_the_plan_of_a_real_variant_is_the_same_every_time(registry):
     plans = [plan_lengths(loads_at, [64, 128, 256, 512], variant, {SDPA}, max_gflop=0.05, max_gib=0.01) for _ in range(2)]
     assert plans[0] == plans[1]
     assert any(plans[0].left_out.values())  # the caps bite somewhere, so the comparison means something
+
+
+def test_a_baseline_that_runs_out_of_memory_while_counted_is_left_out_from_there_and_the_rest_is_planned():
+    """What a quadratic baseline did at n = 8192 under a worker's memory cap: its counting call failed, and the
+    whole speed job with it. Now it alone is left out, from that length on, saying why; any other error still
+    surfaces."""
+    import pytest
+
+    def too_big(n):
+        if n >= 512:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
+        return 1024
+
+    loads = _loads({"v": lambda n: n * 1024, SDPA: lambda n: n * 1024, "quadratic": too_big})
+    plan = plan_lengths(loads, [256, 512, 1024], _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0)
+    assert plan.lengths["v"] == plan.lengths[SDPA] == [256, 512, 1024]
+    assert plan.lengths["quadratic"] == [256]
+    assert set(plan.left_out["quadratic"]) == {512, 1024}
+    assert all("one call at n=512 ran out of memory" in why for why in plan.left_out["quadratic"].values())
+
+    def broken(n):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        plan_lengths(_loads({"v": lambda n: n, SDPA: lambda n: n, "wrong": broken}), [256, 512], _variant(), {SDPA},
+                     max_gflop=1e9, max_gib=1.0)

@@ -35,10 +35,12 @@ from .workload import Workload
 
 @dataclass(frozen=True)
 class Cost:
-    """Predicted cost of one forward+backward call."""
+    """Predicted cost of one forward+backward call; ``uncounted``: why it could not be counted (then it is not
+    measured)."""
 
     flops: float
     bytes: float
+    uncounted: str | None = None
 
 
 @dataclass
@@ -72,24 +74,46 @@ def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> 
     return v1 * (n / n1) ** slope
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in str(exc) or "out of memory" in str(exc)))
+
+
 def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int],
                   claims: Mapping[str, tuple[float, float]] = {}) -> dict[str, dict[int, Cost]]:
     """Every callable's counted cost at the (up to) two smallest lengths, extrapolated to all of them;
-    ``claims`` gives a callable's claimed (time, memory) exponents, used as the least slopes."""
+    ``claims`` gives a callable's claimed (time, memory) exponents, used as the least slopes. A callable whose
+    counting call runs out of memory is uncounted from that length on (the others are counted as usual)."""
     lengths = sorted(lengths)
     counted: dict[str, list[tuple[int, Cost]]] = {}
+    failed: dict[str, tuple[int, str]] = {}
     for n in lengths[:2]:
         for who, load in loads_at(n).items():
-            counted.setdefault(who, []).append((n, _counted(load)))
-    return {
-        who: {n: Cost(extrapolate(n, [(m, c.flops) for m, c in points], claims.get(who, (0, 0))[0]),
-                      extrapolate(n, [(m, c.bytes) for m, c in points], claims.get(who, (0, 0))[1])) for n in lengths}
-        for who, points in counted.items()
-    }
+            counted.setdefault(who, [])
+            if who in failed:
+                continue
+            try:
+                counted[who].append((n, _counted(load)))
+            except (MemoryError, RuntimeError) as exc:
+                if not _out_of_memory(exc):
+                    raise
+                failed[who] = (n, f"one call at n={n} ran out of memory while its cost was counted (the worker's "
+                                  "memory cap)")
+
+    def cost(who, points, n):
+        if who in failed and n >= failed[who][0]:
+            return Cost(math.inf, math.inf, failed[who][1])
+        least = claims.get(who, (0, 0))
+        return Cost(extrapolate(n, [(m, c.flops) for m, c in points], least[0]),
+                    extrapolate(n, [(m, c.bytes) for m, c in points], least[1]))
+
+    return {who: {n: cost(who, points, n) for n in lengths} for who, points in counted.items()}
 
 
 def over_caps(cost: Cost, max_gflop: float, max_gib: float) -> str | None:
     """Why a call of this predicted cost is not planned, or None if it fits."""
+    if cost.uncounted:
+        return cost.uncounted
     if cost.flops > max_gflop * 1e9:
         return f"predicted {cost.flops / 1e9:.3g} GFLOP per call, over the profile's cap of {max_gflop:g}"
     if cost.bytes > max_gib * 2 ** 30:
