@@ -12,7 +12,9 @@ same values; the layer outputs the sum of the two branches. The feature size and
 the state a sequence keeps (the recall-versus-state trade-off the paper is about).
 
 Fast path: the linear branch on chunks (``zoo.functional.kernel_attention``: prefix states between chunks, the
-Taylor weights inside them), the window branch on query blocks of ``window`` that each attend their own and the
+Taylor weights inside them) or, on a sequence short enough that it takes fewer FLOPs (n up to about 420 with the
+defaults: the chunks' states are (1 + f + f (f + 1) / 2) features wide), in its quadratic form from the f-wide
+queries and keys; the window branch on query blocks of ``window`` that each attend their own and the
 previous block's keys under one band mask in fused SDPA; O(n) time and memory. Decoding keeps the linear
 branch's state (float32 at least) and the last ``window`` window keys and values.
 """
@@ -30,13 +32,16 @@ from zoo.reference import linear, reference_mask, softmax_attention
 
 
 class Based(nn.Module):
-    def __init__(self, d_model: int, num_heads: int = 1, feature_dim: int = 16, window: int = 64, chunk: int = 64):
+    def __init__(self, d_model: int, num_heads: int = 1, feature_dim: int = 16, window: int = 64, chunk: int = 64,
+                 form: str = "cheaper"):
         super().__init__()
         for label, value in (("feature_dim", feature_dim), ("window", window), ("chunk", chunk)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {', '.join(map(repr, FORMS))}, got {form!r}")
         self.d_model, self.num_heads = d_model, num_heads
-        self.feature_dim, self.window, self.chunk = feature_dim, window, chunk
+        self.feature_dim, self.window, self.chunk, self.form = feature_dim, window, chunk, form
         self.q_features, self.k_features = (nn.Linear(d_model, num_heads * feature_dim, bias=False)
                                             for _ in range(2))
         self.q_window, self.k_window, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=False)
@@ -45,10 +50,10 @@ class Based(nn.Module):
             nn.init.xavier_uniform_(layer.weight)
 
     def project(self, query, key, value):
-        """Per head (batch, heads, n, .): the Taylor features of the queries and keys, the window branch's queries
-        and keys, and the values."""
+        """Per head (batch, heads, n, .): the f features of the queries and keys (before the Taylor map), the
+        window branch's queries and keys, and the values."""
         h = self.num_heads
-        return (taylor(split_heads(self.q_features(query), h)), taylor(split_heads(self.k_features(key), h)),
+        return (split_heads(self.q_features(query), h), split_heads(self.k_features(key), h),
                 split_heads(self.q_window(query), h), split_heads(self.k_window(key), h),
                 split_heads(self.v_proj(value), h))
 
@@ -57,8 +62,36 @@ class Based(nn.Module):
 
     def attend(self, fq, fk, q, k, v):
         """The causal output from the projections: both branches, summed, the heads merged and projected."""
-        linear_branch = kernel_attention(fq, fk, v, is_causal=True, chunk=self.chunk)
+        n = q.shape[2]
+        if self.form == "quadratic" or self.form == "cheaper" and quadratic_is_cheaper(
+                n, v.shape[-1], self.feature_dim, self.chunk):
+            linear_branch = quadratic_taylor(fq, fk, v, self.feature_dim)
+        else:
+            linear_branch = kernel_attention(taylor(fq), taylor(fk), v, is_causal=True, chunk=self.chunk)
         return self.out_proj(merge_heads(linear_branch + sliding_window_attention(q, k, v, self.window)))
+
+
+FORMS = ("cheaper", "chunked", "quadratic")  # the linear branch's form: whichever takes fewer FLOPs, or one of them
+
+
+def chunked_flops(n: int, head: int, feature_dim: int, chunk: int) -> float:
+    """Multiply-adds per head of the linear branch on chunks: states, their reads and the Taylor weights inside
+    chunks times the values (widened by a ones column for the normaliser), on the sequence padded to whole chunks."""
+    features = 1 + feature_dim + feature_dim * (feature_dim + 1) // 2
+    return -(-n // chunk) * chunk * (2 * features * (head + 1) + chunk * features + chunk * (head + 1))
+
+
+def quadratic_is_cheaper(n: int, head: int, feature_dim: int, chunk: int) -> bool:
+    """Whether the quadratic form's n^2 (f + d) multiply-adds per head are at most the chunked form's."""
+    return n * n * (feature_dim + head) <= chunked_flops(n, head, feature_dim, chunk)
+
+
+def quadratic_taylor(fq, fk, v, feature_dim):
+    """The linear branch in its parallel form: weights 1 + s + s^2 / 2 on the causal (n, n) scores s = q . k /
+    sqrt(f) of the f-wide features, normalised per query (the weights are positive)."""
+    s = fq @ fk.transpose(-1, -2) / math.sqrt(feature_dim)
+    weights = (1 + s + s * s / 2).tril()
+    return (weights @ v) / weights.sum(-1, keepdim=True)
 
 
 def taylor(x):
@@ -101,7 +134,7 @@ def prefill(module, query, key, value, key_mask=None):
     dtype = torch.promote_types(query.dtype, torch.float32)
     fq, fk, q, k, v = module.project(query, key, value)
     output = module.attend(fq, fk, q, k, v)
-    fk, wide = fk.to(dtype), v.to(dtype)
+    fk, wide = taylor(fk).to(dtype), v.to(dtype)
     state = {"kv": fk.transpose(-1, -2) @ wide, "z": fk.sum(2), "k": window_cache(k, module.window, 2),
              "v": window_cache(v, module.window, 2), "position": query.shape[1]}
     return output, state
@@ -112,6 +145,7 @@ def step(module, state, query, key, value, key_mask=None):
     own key; the key then enters the window's cache (in place of the oldest, once the cache is full)."""
     refuse_key_mask("based", key_mask)
     fq, fk, q, k, v = module.project(query, key, value)
+    fq, fk = taylor(fq), taylor(fk)
     kv, z = state["kv"], state["z"]
     kv.add_(fk.transpose(-1, -2).to(kv.dtype) @ v.to(kv.dtype))
     z.add_(fk.squeeze(2).to(z.dtype))
@@ -143,13 +177,8 @@ def quadratic(module):
     (n, n) causal scores from the f-wide queries and keys, the window branch in SDPA with a dense band mask."""
 
     def run(query, key, value, attn_mask=None, is_causal=True):
-        h = module.num_heads
-        fq, fk = split_heads(module.q_features(query), h), split_heads(module.k_features(key), h)
-        q, k, v = split_heads(module.q_window(query), h), split_heads(module.k_window(key), h), split_heads(
-            module.v_proj(value), h)
-        s = fq @ fk.transpose(-1, -2) / math.sqrt(module.feature_dim)
-        weights = (1 + s + s * s / 2).tril()
-        linear_branch = (weights @ v) / weights.sum(-1, keepdim=True)
+        fq, fk, q, k, v = module.project(query, key, value)
+        linear_branch = quadratic_taylor(fq, fk, v, module.feature_dim)
         return module.out_proj(merge_heads(linear_branch + _dense_window(module, q, k, v)))
 
     return run
@@ -161,6 +190,7 @@ def recurrent(module):
 
     def run(query, key, value, attn_mask=None, is_causal=True):
         fq, fk, q, k, v = module.project(query, key, value)
+        fq, fk = taylor(fq), taylor(fk)
         kv = fk.new_zeros(*fk.shape[:2], fk.shape[-1], v.shape[-1])
         z = fk.new_zeros(*fk.shape[:2], fk.shape[-1], 1)
         outputs = []
@@ -174,17 +204,17 @@ def recurrent(module):
     return run
 
 
-def flops(batch, q_len, k_len, d_model, num_heads, feature_dim=16, window=64, chunk=64, **options):
-    """The projections (two to f features per head, four d_model-wide); the linear branch's chunked matmuls on
-    the sequence padded to whole chunks, with the values widened by a ones column for the normaliser (chunk
-    states, their reads, and the Taylor weights inside chunks times the values); the window branch's SDPA, each
-    block of ``window`` queries against 2 ``window`` keys. The Taylor features themselves are elementwise."""
+def flops(batch, q_len, k_len, d_model, num_heads, feature_dim=16, window=64, chunk=64, form="cheaper", **options):
+    """The projections (two to f features per head, four d_model-wide); the linear branch's matmuls in the form
+    the forward takes (:func:`chunked_flops`, or the quadratic form's scores and weighted values); the window
+    branch's SDPA, each block of ``window`` queries against 2 ``window`` keys. The Taylor features themselves are
+    elementwise."""
     head = d_model // num_heads
-    features = 1 + feature_dim + feature_dim * (feature_dim + 1) // 2
-    padded = -(-q_len // chunk) * chunk
     blocks = -(-q_len // window) * window
     projections = 2.0 * batch * q_len * (2 * d_model * num_heads * feature_dim + 4 * d_model * d_model)
-    linear_branch = 2.0 * batch * num_heads * padded * (2 * features * (head + 1) + chunk * features + chunk * (head + 1))
+    quadratic = form == "quadratic" or form == "cheaper" and quadratic_is_cheaper(q_len, head, feature_dim, chunk)
+    per_head = q_len * q_len * (feature_dim + head) if quadratic else chunked_flops(q_len, head, feature_dim, chunk)
+    linear_branch = 2.0 * batch * num_heads * per_head
     window_branch = 4.0 * batch * num_heads * blocks * 2 * window * head
     return projections + linear_branch + window_branch
 
@@ -214,8 +244,9 @@ def zoo_register_variants(register):
         tags=zoo.Tags(has_parameters=True, causal_only=True, accepts_attn_mask=False, allows_different_lengths=False,
                       key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
-        options={"feature_dim": 16, "window": 64, "chunk": 64},
-        check_options={"feature_dim": 3, "window": 3, "chunk": 4},
+        options={"feature_dim": 16, "window": 64, "chunk": 64, "form": "cheaper"},
+        # the small shapes check the chunked form; the quadratic one is checked at the defaults (long sequences)
+        check_options={"feature_dim": 3, "window": 3, "chunk": 4, "form": "chunked"},
         quality_options={"window": 8},
         # the feature dial reaches down from the default 16: at 32 (561 features) one training of the hardest recall
         # task cost twice the default's, and the dials put based's quality job past the quick profile's 900 s limit

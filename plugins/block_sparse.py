@@ -7,7 +7,10 @@
   (only earlier ones when causal).
 
 Keys are gathered per query block, so time and memory are O(n * block * (2 window + 1 + global + random)):
-no n x n mask or score matrix, except the global queries' own rows, O(global * block * n). Decoding caches
+no n x n mask or score matrix, except the global queries' own rows, O(global * block * n). A sequence short
+enough that the gathered blocks would hold at least ``dense_fraction`` of the n x n scores anyway (every
+block reads nearly every other: n up to about 8 blocks with the defaults) takes one fused SDPA call with the
+pattern as a dense mask instead, cheaper there than the gathers. Decoding caches
 every key (a later block may draw any earlier one) and reads, per step, only the keys its query's block reads.
 """
 
@@ -19,7 +22,8 @@ from torch import nn
 
 import zoo
 from zoo.decoding import append
-from zoo.functional import gathered_mask, masked_sdpa, merge_heads, sdpa_zeroing_empty_rows, split_heads
+from zoo.functional import (DENSE_FRACTION, check_dense_fraction, dense_call_pays, gathered_mask, masked_sdpa,
+                            merge_heads, sdpa_zeroing_empty_rows, split_heads)
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -42,7 +46,7 @@ def random_layout(blocks: int, window: int, global_blocks: int, random_blocks: i
 
 class BlockSparseAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int = 1, block: int = 64, window: int = 1, global_blocks: int = 1,
-                 random_blocks: int = 2, seed: int = 0):
+                 random_blocks: int = 2, seed: int = 0, dense_fraction: float | None = DENSE_FRACTION):
         super().__init__()
         for label, value, least in (("block", block, 1), ("window", window, 0), ("global_blocks", global_blocks, 0),
                                     ("random_blocks", random_blocks, 0), ("seed", seed, 0)):
@@ -50,6 +54,8 @@ class BlockSparseAttention(nn.Module):
                 raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
         self.d_model, self.num_heads, self.block = d_model, num_heads, block
         self.window, self.global_blocks, self.random_blocks, self.seed = window, global_blocks, random_blocks, seed
+        check_dense_fraction(dense_fraction)
+        self.dense_fraction = dense_fraction
 
     def key_blocks(self, blocks: int, causal: bool) -> list[list[int]]:
         """Every query block's key blocks (window, globals, random draws), without repeats."""
@@ -70,12 +76,19 @@ class BlockSparseAttention(nn.Module):
         batch, heads, n, width = q.shape
         block = self.block
         blocks = -(-n // block)
+        global_rows = min(self.global_blocks, blocks)
+        local_rows = self.key_blocks(blocks, is_causal)[global_rows:]
+        slots = max(map(len, local_rows), default=0)
+        scores = gathered_scores(n, block, global_rows, slots)
+        if dense_call_pays(scores, n * n, self.dense_fraction):
+            mask = layout_mask(self, n, is_causal, q.device)
+            if attn_mask is None:
+                return merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+            return merge_heads(sdpa_zeroing_empty_rows(q, k, v, mask & attn_mask))
         pad = blocks * block - n
         if pad:
             q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
         device = q.device
-        global_rows = min(self.global_blocks, blocks)
-        local_rows = self.key_blocks(blocks, is_causal)[global_rows:]
         out = []
         if global_rows:  # global queries attend to every key: one dense call over their rows
             rows = min(global_rows * block, n)
@@ -83,7 +96,6 @@ class BlockSparseAttention(nn.Module):
             dense = masked_sdpa(q[:, :, :rows], k[:, :, :n], v[:, :, :n], mask, is_causal)
             out.append(F.pad(dense, (0, 0, 0, global_rows * block - rows)))
         if local_rows:
-            slots = max(len(row) for row in local_rows)
             index = torch.tensor([row + [row[0]] * (slots - len(row)) for row in local_rows], device=device)
             used = torch.tensor([[s < len(row) for s in range(slots)] for row in local_rows], device=device)
             k_blocks, v_blocks = (x.reshape(batch * heads, blocks, block, width) for x in (k, v))
@@ -104,6 +116,13 @@ class BlockSparseAttention(nn.Module):
             local = sdpa_zeroing_empty_rows(q_local, k_gathered, v_gathered, mask)  # mask: (rows, 1 or block, slots * block)
             out.append(local.view(batch, heads, len(local_rows) * block, width))
         return merge_heads(torch.cat(out, dim=2)[:, :, :n])
+
+
+def gathered_scores(n: int, block: int, global_rows: int, slots: int) -> int:
+    """Scores the blocked path computes: the global queries' rows against every key, each other query block
+    against ``slots`` gathered key blocks."""
+    blocks = -(-n // block)
+    return min(global_rows * block, n) * n + (blocks - global_rows) * block * slots * block
 
 
 def _rows(attn_mask, rows: int, n: int):
@@ -217,14 +236,17 @@ def dense_layout_sdpa(module):
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, block=64, window=1, global_blocks=1, random_blocks=2, seed=0,
-          **options):
+          dense_fraction=DENSE_FRACTION, **options):
     """Without is_causal: the global queries against every key, and every other query block against its
-    key blocks (each row padded to the widest: 2 window + 1 + global + random blocks, or all of them)."""
+    key blocks (each row padded to the widest: 2 window + 1 + global + random blocks, or all of them); or
+    every query against every key where the forward takes the dense call."""
     blocks = -(-q_len // block)
     global_rows = min(global_blocks, blocks)
-    slots = min(blocks, 2 * window + 1 + global_blocks + random_blocks)
-    dense = 4.0 * batch * min(global_rows * block, q_len) * k_len * d_model
-    return dense + 4.0 * batch * (blocks - global_rows) * block * slots * block * d_model
+    slots = min(blocks, 2 * window + 1 + global_blocks + random_blocks) if blocks > global_rows else 0
+    scores = gathered_scores(q_len, block, global_rows, slots)
+    if dense_call_pays(scores, q_len * k_len, dense_fraction):
+        scores = q_len * k_len
+    return 4.0 * batch * scores * d_model
 
 
 @zoo.hookimpl
@@ -250,8 +272,10 @@ def zoo_register_variants(register):
         reference=reference,
         tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
-        options={"block": 64, "window": 1, "global_blocks": 1, "random_blocks": 2, "seed": 0},
-        check_options={"block": 2, "window": 1, "global_blocks": 1, "random_blocks": 1},
+        options={"block": 64, "window": 1, "global_blocks": 1, "random_blocks": 2, "seed": 0,
+                 "dense_fraction": DENSE_FRACTION},
+        # the small shapes check the gathered path; its dense path is checked at the defaults (long sequences)
+        check_options={"block": 2, "window": 1, "global_blocks": 1, "random_blocks": 1, "dense_fraction": None},
         quality_options={"block": 8},  # 6 blocks of 64 cover every quality task: dense there
         baselines={"dense-sdpa-layout": dense_layout_sdpa},
         best_known="dense-sdpa-layout",

@@ -17,9 +17,10 @@ Per query, the branches read n / l compressed keys, (``selected`` + 1) l selecte
 keys: O(n (n / l + selected l + window)) time, the compression branch being the one quadratic term (divided by
 l, as in the paper). Fast path: the compression branch as one fused SDPA under its (n, n / l) block mask, and
 one matmul of the queries summed over the heads for the ranking; the selection branch gathers each query's blocks
-(queries in chunks, so the gathered keys stay small) and runs fused SDPA with the query's heads as its rows; the
-window branch on blocks of ``window`` queries, the heads again rows (``zoo.functional``). Decoding keeps
-every selection key and value (the selection may pick any block), the window's last keys, the compressed keys
+(queries in chunks, so the gathered keys stay small) and runs fused SDPA with the query's heads as its rows (or,
+where the selected blocks cover ``dense_fraction`` of the keys, one fused call over all keys under the selection as
+a mask: short sequences); the window branch on blocks of ``window`` queries, the heads again rows
+(``zoo.functional``). Decoding keeps every selection key and value (the selection may pick any block), the window's last keys, the compressed keys
 and values, and the raw keys and values of the block not yet complete.
 """
 
@@ -31,21 +32,27 @@ from torch import nn
 
 import zoo
 from zoo.decoding import append, push_window, refuse_key_mask, window_cache
-from zoo.functional import merge_heads, sliding_window_attention, split_heads
+from zoo.functional import check_dense_fraction, dense_call_pays, merge_heads, sliding_window_attention, split_heads
 from zoo.reference import linear
 
 GATHERED_ELEMENTS = 1 << 23  # the selection branch's gathered keys per chunk of queries (32 MiB in float32)
+DENSE_FRACTION = 0.4  # per query, gathering its blocks costs more per score than one masked dense call: the layer
+# took 26 / 76 ms (fwd / fwd+bwd) with the dense selection at n=512, where the selected keys are half the sequence,
+# and 37 / 105 ms gathered; at n=1024 (a quarter) the two were even (d_model 512, 8 heads, 2-core CPU, the harness's
+# allocator settings)
 BRANCHES = ("cmp", "slc", "win")
 
 
 class NativeSparseAttention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int = 1, block: int = 64, selected: int = 3, window: int = 64):
+    def __init__(self, d_model: int, num_heads: int = 1, block: int = 64, selected: int = 3, window: int = 64,
+                 dense_fraction: float | None = DENSE_FRACTION):
         super().__init__()
         for label, value in (("block", block), ("selected", selected), ("window", window)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        check_dense_fraction(dense_fraction)
         self.d_model, self.num_heads = d_model, num_heads
-        self.block, self.selected, self.window = block, selected, window
+        self.block, self.selected, self.window, self.dense_fraction = block, selected, window, dense_fraction
         head = d_model // num_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
         self.k_cmp, self.v_cmp, self.k_slc, self.v_slc, self.k_win, self.v_win = (
@@ -109,7 +116,8 @@ class NativeSparseAttention(nn.Module):
             return self.out_proj(merge_heads(q * 0.0))
         compressed_k, compressed_v = self.compress(kv["k_cmp"], kv["v_cmp"])
         cmp, importance = compressed_attention(q, kv["rank_q"], compressed_k, compressed_v, self.block)
-        slc = selected_attention(q, kv["k_slc"], kv["v_slc"], importance, self.block, self.selected)
+        slc = selected_attention(q, kv["k_slc"], kv["v_slc"], importance, self.block, self.selected,
+                                 self.dense_fraction)
         win = sliding_window_attention(q, kv["k_win"].unsqueeze(1), kv["v_win"].unsqueeze(1), self.window)
         return self.out_proj(merge_heads(gates[0] * cmp + gates[1] * slc + gates[2] * win))
 
@@ -148,12 +156,16 @@ def selected_blocks(importance, n, block, selected):
     return indices, real
 
 
-def selected_attention(q, keys, values, importance, block, selected):
+def selected_attention(q, keys, values, importance, block, selected, dense_fraction=None):
     """Softmax of each query over the keys of its selected blocks and of its own block up to itself: the blocks
-    gathered per query (a chunk of queries at a time), each query's heads as the rows of one fused SDPA call."""
+    gathered per query (a chunk of queries at a time), each query's heads as the rows of one fused SDPA call; or,
+    where the selected keys reach ``dense_fraction`` of the sequence, one fused call over every key under the
+    selection as a mask (:func:`masked_selection`)."""
     batch, heads, n, d = q.shape
     indices, real = selected_blocks(importance, n, block, selected)
     spans = indices.shape[-1] * block
+    if dense_call_pays(n * spans, n * n, dense_fraction):
+        return masked_selection(q, keys, values, indices, real, block)
     # whole blocks as rows, so gathering a block copies one contiguous row (index_select, not advanced indexing)
     key_rows, value_rows = (F.pad(x, (0, 0, 0, -n % block)).unflatten(1, (-1, block)).flatten(2).flatten(0, 1)
                             for x in (keys, values))
@@ -173,6 +185,18 @@ def selected_attention(q, keys, values, importance, block, selected):
                                              attn_mask=allowed)
         outputs.append(out.view(batch, stop - start, heads, d))
     return torch.cat(outputs, dim=1).transpose(1, 2)
+
+
+def masked_selection(q, keys, values, indices, real, block):
+    """The selection branch as one fused SDPA call over all n keys (one key/value head for every query head) under
+    the (batch, n, n) mask of each query's selected blocks, up to the query."""
+    n = q.shape[2]
+    chosen = torch.zeros(q.shape[0], n, -(-n // block), dtype=torch.bool, device=q.device)
+    chosen.scatter_(2, indices, real)
+    earlier = torch.arange(n, device=q.device).view(1, n) <= torch.arange(n, device=q.device).view(n, 1)
+    selection = chosen.repeat_interleave(block, dim=2)[:, :, :n] & earlier
+    return F.scaled_dot_product_attention(q, keys.unsqueeze(1), values.unsqueeze(1), attn_mask=selection.unsqueeze(1),
+                                          enable_gqa=True)
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=True):
@@ -294,13 +318,9 @@ def dense_masks(module):
         compressed_k, compressed_v = module.compress(kv["k_cmp"], kv["v_cmp"])
         cmp, importance = compressed_attention(q, kv["rank_q"], compressed_k, compressed_v, l)
         indices, real = selected_blocks(importance, n, l, module.selected)
+        slc = masked_selection(q, kv["k_slc"], kv["v_slc"], indices, real, l)
         i = torch.arange(n, device=q.device).view(n, 1)
         j = torch.arange(n, device=q.device).view(1, n)
-        chosen = torch.zeros(q.shape[0], n, -(-n // l), dtype=torch.bool, device=q.device)
-        chosen.scatter_(2, indices, real)
-        selection = chosen.repeat_interleave(l, dim=2)[:, :, :n] & (j <= i)
-        slc = F.scaled_dot_product_attention(q, kv["k_slc"].unsqueeze(1), kv["v_slc"].unsqueeze(1),
-                                             attn_mask=selection.unsqueeze(1), enable_gqa=True)
         band = (i - j >= 0) & (i - j <= module.window)
         win = F.scaled_dot_product_attention(q, kv["k_win"].unsqueeze(1), kv["v_win"].unsqueeze(1), attn_mask=band,
                                              enable_gqa=True)
@@ -309,18 +329,23 @@ def dense_masks(module):
     return run
 
 
-def flops(batch, q_len, k_len, d_model, num_heads, block=64, selected=3, window=64, **options):
+def flops(batch, q_len, k_len, d_model, num_heads, block=64, selected=3, window=64, dense_fraction=DENSE_FRACTION,
+          **options):
     """The projections (queries and output d_model wide, six one-head keys and values, the gates, the two block
     compressors); the compression branch's SDPA on (n - block + 1, n // block) scores and the one matmul that ranks
-    the blocks (the queries summed over the heads first); the selection
-    branch's SDPA, each query's heads against (min(selected, (n - 1) // block) + 1) blocks; the window branch's SDPA,
+    the blocks (the queries summed over the heads first); the selection branch's SDPA, each query's heads against
+    (min(selected, (n - 1) // block) + 1) blocks (against all n keys where it takes the masked call); the window
+    branch's SDPA,
     each block of ``window`` queries against 2 ``window`` keys."""
     head = d_model // num_heads
     blocks = q_len // block
     projections = 2.0 * batch * q_len * d_model * (2 * d_model + 6 * head + 3 * num_heads)
     compressors = 2 * 2.0 * batch * blocks * block * head * head
     compression = (4.0 * num_heads + 2.0) * batch * max(0, q_len - block + 1) * blocks * head if blocks else 0.0
-    selection = 4.0 * batch * q_len * num_heads * (min(selected, max(0, q_len - 1) // block) + 1) * block * head
+    spans = (min(selected, max(0, q_len - 1) // block) + 1) * block
+    if dense_call_pays(q_len * spans, q_len * q_len, dense_fraction):
+        spans = q_len  # every key, under the selection as a mask
+    selection = 4.0 * batch * q_len * num_heads * spans * head
     windows = 4.0 * batch * num_heads * -(-q_len // window) * window * 2 * window * head
     return projections + compressors + compression + selection + windows
 
@@ -361,8 +386,9 @@ def zoo_register_variants(register):
         tags=zoo.Tags(has_parameters=True, causal_only=True, accepts_attn_mask=False, allows_different_lengths=False,
                       key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
-        options={"block": 64, "selected": 3, "window": 64},
-        check_options={"block": 2, "selected": 1, "window": 2},
+        options={"block": 64, "selected": 3, "window": 64, "dense_fraction": DENSE_FRACTION},
+        # the small shapes check the gathered selection; the masked one is checked at the defaults (long sequences)
+        check_options={"block": 2, "selected": 1, "window": 2, "dense_fraction": None},
         quality_options={"block": 8, "selected": 2, "window": 8},
         baselines={"dense-masks": dense_masks},
         best_known="dense-masks",

@@ -4,8 +4,10 @@ Computed on blocks: the queries are cut into blocks of ``block``, and each block
 batched SDPA call, to its own keys plus ``window`` on either side (only earlier ones when causal)
 under one (block, span) band mask. The blocks and their overlapping key windows are strided views of
 the caller's tensors, so nothing is copied but the few blocks at the edges. Time and memory are
-O(n * window): no n x n mask or score matrix. Decoding keeps only the last ``window`` keys and values,
-all a later query can see.
+O(n * window): no n x n mask or score matrix. A sequence short enough that the blocks would compute at
+least ``dense_fraction`` of the n x n scores anyway (n up to about 3 window with the defaults) takes one fused
+SDPA call with the dense band instead: the blocks' edge padding and several calls then cost more than the
+scores they skip. Decoding keeps only the last ``window`` keys and values, all a later query can see.
 """
 
 import functools
@@ -15,23 +17,29 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import gathered_mask, merge_heads, sdpa_zeroing_empty_rows, split_heads
+from zoo.functional import (DENSE_FRACTION, check_dense_fraction, dense_call_pays, gathered_mask, merge_heads,
+                            sdpa_zeroing_empty_rows, split_heads)
 from zoo.reference import reference_mask, softmax_attention
 
 
 class WindowedAttention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int = 1, window: int = 128, block: int = 32):
+    def __init__(self, d_model: int, num_heads: int = 1, window: int = 128, block: int = 32,
+                 dense_fraction: float | None = DENSE_FRACTION):
         super().__init__()
         for label, value in (("window", window), ("block", block)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        check_dense_fraction(dense_fraction)
         self.d_model, self.num_heads, self.window, self.block = d_model, num_heads, window, block
+        self.dense_fraction = dense_fraction
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         batch, n, _ = query.shape
         block, left = self.block, self.window
         right = 0 if is_causal else self.window
         blocks = -(-n // block)
+        if dense_call_pays(blocks * block * (block + left + right), n * n, self.dense_fraction):
+            return self._dense(query, key, value, attn_mask, is_causal)
         # Query i = b * block + r meets key j = b * block - left + c: allowed when j - i lies in
         # [-window, right]. Interior blocks, whose keys all exist (first key b * block - left >= 0, last
         # b * block + block + right - 1 < n), share one (block, span) band: a 2-D mask torch's fused kernel
@@ -54,6 +62,14 @@ class WindowedAttention(nn.Module):
         if not pieces:  # an empty sequence: an output still in the graph
             return value * 0.0
         return torch.cat(pieces, dim=1) if len(pieces) > 1 else pieces[0]
+
+    def _dense(self, query, key, value, attn_mask, is_causal):
+        """One fused SDPA call over the whole sequence with the dense (n, n) band (and the user's mask)."""
+        mask = band_mask(self, query.shape[1], is_causal, query.device)
+        q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
+        if attn_mask is None:
+            return merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+        return merge_heads(sdpa_zeroing_empty_rows(q, k, v, mask & attn_mask))
 
     def _interior(self, query, key, value, first, last, band):
         """Query blocks [first, last) as (blocks, heads, block, d) views of the (seq, heads * d) rows and
@@ -250,8 +266,9 @@ def zoo_register_variants(register):
         reference=reference,
         tags=zoo.Tags(allows_different_lengths=False, key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
-        options={"window": 128, "block": 128},
-        check_options={"window": 3, "block": 4},
+        options={"window": 128, "block": 128, "dense_fraction": DENSE_FRACTION},
+        # the small shapes check the blocked path; its dense path is checked at the defaults (long sequences)
+        check_options={"window": 3, "block": 4, "dense_fraction": None},
         quality_options={"window": 16, "block": 16},  # the quality tasks are 16-144 tokens: 128 would be dense there
         baselines={"torch-sdpa-band": dense_band_sdpa},
         best_known="torch-sdpa-band",

@@ -287,6 +287,47 @@ def test_block_sparse_memory_grows_linearly_and_stays_below_the_dense_pattern(re
     assert peaks[8192] < peak_memory(lambda: dense(x, x, x, is_causal=causal).sum().backward()) / 4
 
 
+@pytest.mark.parametrize("name, sparse_path", [("windowed", {"dense_fraction": None}),
+                                               ("block-sparse", {"dense_fraction": None}),
+                                               ("native-sparse", {"dense_fraction": None}),
+                                               ("based", {"form": "chunked"})])
+def test_a_short_sequence_takes_the_dense_form_and_gets_the_same_output(registry, name, sparse_path):
+    """At n=256 the defaults hand the call to the cheaper dense (or quadratic) form: other ops run, and the output
+    and gradients are those of the sparse path to float64 rounding, with a user mask if it takes one."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpNames(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    variant = registry.variant(name)
+    torch.manual_seed(0)
+    default = zoo.create(name, d_model=32, num_heads=2, registry=registry).double()
+    forced = zoo.create(name, d_model=32, num_heads=2, registry=registry, **sparse_path).double()
+    forced.load_state_dict(default.state_dict())
+    n = 256
+    x = torch.randn(1, n, 32, dtype=torch.float64, requires_grad=True)
+    mask = None
+    if variant.tags.accepts_attn_mask:
+        mask = torch.rand(1, 1, n, n, generator=torch.Generator().manual_seed(1)) > 0.5
+        mask[..., 7, :] = False  # a row with no key: zeros either way
+    outputs, gradients, ops = [], [], []
+    for module in (default, forced):
+        with OpNames() as recorder:
+            out = module(x, x, x, attn_mask=mask, is_causal=variant.tags.causal_only)
+        outputs.append(out)
+        gradients.append(torch.autograd.grad(out.square().sum(), x)[0])
+        ops.append(recorder.names)
+    assert ops[0] != ops[1]
+    assert relative_error(outputs[0], outputs[1]) < 1e-12
+    assert relative_error(gradients[0], gradients[1]) < 1e-12
+
+
 def test_linformer_names_its_max_len_when_the_keys_exceed_it(registry):
     module = zoo.create("linformer", d_model=8, num_heads=2, proj_len=4, max_len=16, registry=registry)
     x = torch.randn(1, 17, 8)
