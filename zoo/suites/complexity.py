@@ -326,7 +326,7 @@ SUITE_DEFINITION = zoo.Suite(
     upgrade=lambda row: legacy_names(row, LEGACY_NAMES, [m.name for m in SUITE_DEFINITION.measures]),
     # one head of 64, where the additive baseline still fits in memory; the measurement plan (zoo.plan) leaves
     # out a length whose forward+backward call is predicted, from counted FLOPs and memory, to exceed the caps
-    settings={"d_model": 64, "heads": 1, "lengths": (256, 512, 1024, 2048), "modes": ("full", "causal"),
+    settings={"d_model": 64, "heads": 1, "lengths": (256, 512, 1024, 2048, 4096), "modes": ("full", "causal"),
               "max_call_gflop": 100.0, "max_call_gib": 4.0},
     presets={"full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "max_call_gflop": 2500.0,
                       "max_call_gib": 8.0},
