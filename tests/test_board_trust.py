@@ -261,6 +261,25 @@ def test_the_board_accumulates_a_partial_run_and_keeps_every_other_variant(
 
 
 
+def test_a_run_that_changes_one_suites_settings_keeps_the_other_suites_earlier_rows(tmp_path):
+    """Rows of an earlier run stay on the board suite by suite: new complexity lengths keep the earlier correctness
+    rows, and the complexity rows of the older lengths leave; another run-wide setting (threads) keeps nothing."""
+    import zoo
+
+    first = zoo.run(["dot-product"], suites=["correctness", "complexity"], profile="smoke", out=tmp_path).attrs["run_id"]
+    second = zoo.run(["dot-product"], suites=["complexity"], profile="smoke", out=tmp_path,
+                     suite_settings={"complexity": {"lengths": (32, 64, 128)}}).attrs["run_id"]
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert set(csv[csv.suite == "correctness"].run_id) == {first}
+    assert set(csv[csv.suite == "complexity"].run_id) == {second}
+    assert f"| this run and run {first} " in _ranked_tables(_leaderboard(tmp_path))
+
+    third = zoo.run(["dot-product"], suites=["complexity"], profile="smoke", out=tmp_path, threads=2,
+                    suite_settings={"complexity": {"lengths": (32, 64, 128)}}).attrs["run_id"]
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert set(csv.run_id) == {third} and set(csv.suite) == {"complexity"}
+
+
 def _refresh_command(readme: str, variant: str) -> list[str]:
     """The command the board gives for ``variant``'s rows of an older source, as words."""
     import shlex

@@ -1,9 +1,10 @@
 """The board of one run, as every section reads it: the rows it shows, each variant's card, the run's settings
 and the suites that drew them; and the helpers sections share (escaping, formatting, footnotes).
 
-What a board shows for run R: every job of R and, for each (variant, suite) R did not run, the latest job of an
-earlier comparable run (same settings, same kind of machine), so ``zoo run windowed`` updates windowed's rows
-and leaves every other variant on the board. A suite that is ``carried`` and has no rows among those shows its
+What a board shows for run R: every job of R and, for each (variant, suite) R did not run, the latest job of that
+suite in an earlier comparable run (the same settings of that suite and of the run as a whole, the same kind of
+machine), so ``zoo run windowed`` updates windowed's rows and leaves every other variant on the board, and a run
+that changed one suite's settings keeps the other suites' earlier rows. A suite that is ``carried`` and has no rows among those shows its
 latest rows from any run instead, labelled with their runs; those rows are shown, never gated.
 
 A variant's current source is the one its newest job on the board measured. A job that measured another source is
@@ -165,6 +166,17 @@ def board_group(store: Store, run: str) -> tuple:
             *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
 
 
+def suite_group(store: Store, run: str, suite: str) -> tuple:
+    """What makes two runs' rows of ``suite`` comparable: the run-wide settings (device, dtype, threads,
+    processes, variant options...), that suite's own settings and the kind of machine; another suite's settings
+    do not enter (a settings group of runs stored in a form this zoo cannot read: all of them, as stored)."""
+    settings = _comparable_settings(store.settings(run))
+    if isinstance(settings.get("suites"), dict):
+        settings = {**{k: v for k, v in settings.items() if k != "suites"}, "suite": settings["suites"].get(suite)}
+    return (json.dumps(settings, sort_keys=True, default=str),
+            *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
+
+
 def _comparable_settings(settings: dict) -> dict:
     from .api import default_registry
     from .profiles import Profile, settled
@@ -182,16 +194,16 @@ def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset())
     """The rows and jobs the board for ``run_id`` accumulates (see the module), never from the runs in
     ``exclude`` (held back as too noisy); each row carries its ``run_id``, each result row its job's
     ``source_sha256``."""
-    group = board_group(store, run_id)
     runs = store.runs()
     started = dict(zip(runs.run_id, runs.started))
     earlier = [r for r in reversed(list(runs.run_id))
                if r != run_id and r not in exclude and started[r] <= started[run_id]]
-    sources = [run_id] + [r for r in earlier if board_group(store, r) == group]
+    groups = functools.cache(lambda run, suite: suite_group(store, run, suite))
     job_parts, result_parts, covered = [], [], set()
-    for source in sources:
+    for source in [run_id] + earlier:
         jobs = store.jobs(source)
-        jobs = jobs.loc[np.array([(v, s) not in covered for v, s in zip(jobs.variant, jobs.suite)], dtype=bool)]
+        jobs = jobs.loc[np.array([(v, s) not in covered and (source == run_id or groups(source, s) == groups(run_id, s))
+                                  for v, s in zip(jobs.variant, jobs.suite)], dtype=bool)]
         if jobs.empty:
             continue
         covered |= set(zip(jobs.variant, jobs.suite))

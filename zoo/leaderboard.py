@@ -273,8 +273,8 @@ def _accumulated_text(board: Board) -> str:
         return "Every figure is from this run."
     kept = sorted(set(board.results[board.results.run_id != board.run_id].variant))
     return (f"This run's results, and for what it did not run the latest results of earlier runs with the same "
-            f"settings on the same kind of machine ({', '.join(others)}: {', '.join(kept)}); the *from* column "
-            "says which run each ranked row comes from.")
+            f"settings (of that suite and of the run as a whole) on the same kind of machine ({', '.join(others)}: "
+            f"{', '.join(kept)}); the *from* column says which run each ranked row comes from.")
 
 
 def _capabilities(board: Board) -> list[dict]:
