@@ -7,15 +7,16 @@ with ``alpha_t = sigmoid(x_t W_down W_up + b)^(1 / tau)`` (a low-rank gate, tau 
 head's output normalised (the paper's norm after attention, which also keeps an output of cancelling terms
 well-conditioned: un-normalised linear attention's relative error grows as q . k cancels).
 
-The fast path is the chunkwise form with every exponent at most 0, so nothing overflows: across chunks each
-chunk's state, its keys decayed to the chunk's end, is carried by a loop over chunks and read by the next chunk's
-queries decayed from its start; inside a chunk the pairs are split by halving, as the paper's secondary-level
-chunking splits them once: the second half's queries against the first half's keys are one matmul with both
-decayed to the last position of the first half (each factor at most 1), then each half again, down to single
-positions. Time and memory O(n chunk d + n d log chunk); a chunk that is not a power of two is padded inside with
-positions that write nothing and do not decay. The factorised form (queries times exp(b_i), keys times exp(-b_j),
-one matmul per chunk) is the faster baseline, and the one that can overflow when a chunk's gates close.
-Decoding is the recurrence, the state in float32 at least.
+The fast path is the chunkwise form: across chunks each chunk's state, its keys decayed to the chunk's end, is
+carried by a loop over chunks and read by the next chunk's queries decayed from its start (every exponent at most
+0). Inside a chunk it takes the factorised form, as the fused chunk kernels do (queries times exp(b_i), keys times
+exp(-b_j), one matmul per chunk), where every chunk's gates multiply to at least exp(-log(max) / 2) of the dtype
+(e^-44 in float32), so no factor overflows or underflows; one flag is read back per call for that (a sync on a
+GPU). A chunk whose gates close further is computed by halving, exact whatever the gates, as the paper's
+secondary-level chunking splits pairs once: the second half's queries against the first half's keys are one
+matmul with both decayed to the last position of the first half (each factor at most 1), then each half again,
+down to single positions (a chunk that is not a power of two is padded inside with positions that write nothing
+and do not decay). Time and memory O(n chunk d). Decoding is the recurrence, the state in float32 at least.
 """
 
 import math
@@ -58,7 +59,7 @@ class GatedLinearAttention(nn.Module):
         return q / math.sqrt(q.shape[-1]), k, v, log_alpha
 
     def forward(self, query, key, value, attn_mask=None, is_causal=True):
-        return self.output(chunkwise(*self.project(query, key, value), self.chunk, halving))
+        return self.output(chunkwise(*self.project(query, key, value), self.chunk, factorised_where_safe))
 
     def output(self, heads):
         """Each head's output RMS-normalised (no affine), the heads merged and projected."""
@@ -103,16 +104,28 @@ def factorised(q, k, v, within):
     return scores.masked_fill(~torch.ones(size, size, dtype=torch.bool, device=q.device).tril(), 0.0) @ v
 
 
+def factorised_where_safe(within):
+    """The inside form for these chunks: :func:`factorised` where no chunk's gates multiply below exp(-log(max) / 2)
+    of the dtype (each factor then stays within exp(+-log(max) / 2)), else :func:`halving` (also where the gates
+    cannot be read: on the meta device)."""
+    limit = math.log(torch.finfo(within.dtype).max) / 2
+    return factorised if not within.is_meta and bool((within[..., -1, :] >= -limit).all()) else halving
+
+
 def chunkwise(q, k, v, log_alpha, size, inside):
     """The chunkwise form on (batch, heads, n, d) inputs; ``inside(q, k, v, within)`` gives each chunk's own
-    contribution (``halving`` needs a power-of-two size: a chunk of another size is padded inside to one)."""
+    contribution (``halving`` needs a power-of-two size: a chunk of another size is padded inside to one), or
+    ``factorised_where_safe`` chooses it from the gates."""
     n = q.shape[2]
     if n == 0:
         return v * 0.0  # no chunks, and an output still in the graph
     q, k, v, log_alpha = _in_chunks(size, q, k, v, log_alpha)
+    within = log_alpha.cumsum(dim=-2)  # b_i: the log of the gates' product from the chunk's start to i
+    if inside is factorised_where_safe:
+        inside = factorised_where_safe(within.detach())
     if inside is halving and size & (size - 1):
         q, k, v, log_alpha = (F.pad(x, (0, 0, 0, (1 << size.bit_length()) - size)) for x in (q, k, v, log_alpha))
-    within = log_alpha.cumsum(dim=-2)  # b_i: the log of the gates' product from the chunk's start to i
+        within = log_alpha.cumsum(dim=-2)
     local = inside(q, k, v, within)
     states = (k * torch.exp(within[..., -1:, :] - within)).transpose(-1, -2) @ v  # (b, h, c, d, d_v)
     carry = torch.exp(within[..., -1, :]).unsqueeze(-1)  # (b, h, c, d, 1): a whole chunk's decay per key feature
@@ -149,7 +162,7 @@ def prefill(module, query, key, value, key_mask=None):
     refuse_key_mask("gla", key_mask)
     dtype = torch.promote_types(query.dtype, torch.float32)
     q, k, v, log_alpha = module.project(*(x.to(dtype) for x in (query, key, value)))
-    out = module.output(chunkwise(q, k, v, log_alpha, module.chunk, halving)).to(query.dtype)
+    out = module.output(chunkwise(q, k, v, log_alpha, module.chunk, factorised_where_safe)).to(query.dtype)
     later = log_alpha.flip(2).cumsum(2).flip(2) - log_alpha  # sum of log alpha over s+1..p, per position s
     return out, {"state": (k * torch.exp(later)).transpose(-1, -2) @ v}
 
@@ -193,14 +206,15 @@ def factorised_chunks(module):
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, gate_rank=16, chunk=32, **options):
-    """The projections (q, k, v, out and the low-rank gate), and the chunkwise form's matmuls on chunks padded to
-    a power of two p: inside a chunk, the halving's splits of size 2 .. p/2 (queries by keys, then by values:
-    p (p - 2) (d + d_v) per head), the chunk states and their reads. The decays, the splits of size 1 and the
-    diagonal are elementwise, which a FLOP counter does not count."""
-    chunks, size = -(-q_len // chunk), 1 << (chunk - 1).bit_length()
+    """The projections (q, k, v, out and the low-rank gate), and the chunkwise form's matmuls with the factorised
+    form inside chunks (what gates that stay open take): per head and chunk, the scores and their product with
+    the values (2 chunk^2 (d + d_v)), the chunk states and their reads. The decays are elementwise, which a FLOP
+    counter does not count. (Gates that close a chunk beyond the factorised form's range take the halving form
+    instead, on chunks padded to a power of two p: p (p - 2) (d + d_v) inside.)"""
+    chunks = -(-q_len // chunk)
     projections = 2.0 * batch * q_len * (4 * d_model * d_model + 2 * d_model * gate_rank)
-    inside = 2.0 * d_model * size * max(size - 2, 0)
-    return projections + batch * chunks * (inside + 4.0 * size * d_model * (d_model // num_heads))
+    inside = 4.0 * d_model * chunk * chunk
+    return projections + batch * chunks * (inside + 4.0 * chunk * d_model * (d_model // num_heads))
 
 
 @zoo.hookimpl
