@@ -12,7 +12,8 @@ carried by a loop over chunks and read by the next chunk's queries decayed from 
 0). Inside a chunk it takes the factorised form, as the fused chunk kernels do (queries times exp(b_i), keys times
 exp(-b_j), one matmul per chunk), where every chunk's gates multiply to at least exp(-log(max) / 2) of the dtype
 (e^-44 in float32), so no factor overflows or underflows; one flag is read back per call for that (a sync on a
-GPU). A chunk whose gates close further is computed by halving, exact whatever the gates, as the paper's
+GPU; a graph that torch.compile or torch.export captures takes the halving form throughout). A chunk whose gates
+close further is computed by halving, exact whatever the gates, as the paper's
 secondary-level chunking splits pairs once: the second half's queries against the first half's keys are one
 matmul with both decayed to the last position of the first half (each factor at most 1), then each half again,
 down to single positions (a chunk that is not a power of two is padded inside with positions that write nothing
@@ -106,10 +107,13 @@ def factorised(q, k, v, within):
 
 def factorised_where_safe(within):
     """The inside form for these chunks: :func:`factorised` where no chunk's gates multiply below exp(-log(max) / 2)
-    of the dtype (each factor then stays within exp(+-log(max) / 2)), else :func:`halving` (also where the gates
-    cannot be read: on the meta device)."""
+    of the dtype (each factor then stays within exp(+-log(max) / 2)), else :func:`halving`; halving also where the
+    gates cannot be read: on the meta device, or while torch.compile or torch.export traces the graph (a value read
+    back would break it, and the graph must hold for any gates)."""
+    if within.is_meta or torch.compiler.is_compiling():
+        return halving
     limit = math.log(torch.finfo(within.dtype).max) / 2
-    return factorised if not within.is_meta and bool((within[..., -1, :] >= -limit).all()) else halving
+    return factorised if bool((within[..., -1, :] >= -limit).all()) else halving
 
 
 def chunkwise(q, k, v, log_alpha, size, inside):
