@@ -46,20 +46,20 @@ def relative_spread(values: list[float]) -> float:
     return iqr / median if median > 0 else 0.0
 
 
-def time_round_robin(fns: dict[str, callable], settings, count: str | None = None, counter=None):
-    """Per-call seconds of each callable over ``settings.repeats`` interleaved rounds, and ``count``'s
-    ``counter(fn)`` from its cold call (else None).
+def calibrate(fns: dict[str, callable], settings, count: str | None = None, counter=None):
+    """A timer and a per-round call count for each callable, the seconds a round of them all costs, and
+    ``count``'s ``counter(fn)`` from its cold call (else None).
 
     Each callable runs a call count calibrated once from a warm-up (after a first, cold call): calls, untimed,
     for one round's worth of time, since a callable's first tenth of a second here ran 10-20% slower than its
     steady state; so a round costs every callable about ``round_seconds``. A cold call already ten rounds long
-    needs no warm-up (its count is one). A round is the stdlib's ``timeit.Timer`` on torch's benchmark clock (which waits
-    for queued GPU work): ``torch.utils.benchmark.Timer.timeit`` adds two or more warm-up calls to every
-    measurement, which tripled the cost of rounds of one slow call, and ``blocked_autorange``
-    re-calibrates every round. ``counter``: what the cold call of ``count`` also measures (FLOPs, say; its
-    overhead only lengthens a call that is not timed). How many rounds: :func:`rounds_within`.
+    needs no warm-up (its count is one). A round is the stdlib's ``timeit.Timer`` on torch's benchmark clock (which
+    waits for queued GPU work): ``torch.utils.benchmark.Timer.timeit`` adds two or more warm-up calls to every
+    measurement, which tripled the cost of rounds of one slow call, and ``blocked_autorange`` re-calibrates every
+    round. ``counter``: what the cold call of ``count`` also measures (FLOPs, say; its overhead only lengthens a
+    call that is not timed).
     """
-    timers, numbers, costs, counted = {}, {}, {}, None
+    timers, numbers, round_cost, counted = {}, {}, 0.0, None
     for label, fn in fns.items():
         timers[label] = timeit.Timer(fn, timer=synchronized_clock)
         if label == count and counter is not None:
@@ -70,8 +70,8 @@ def time_round_robin(fns: dict[str, callable], settings, count: str | None = Non
             cold = timed(fn)  # first-call costs (allocation, dispatch caches)
         warm = cold if cold >= 10 * settings.round_seconds else _warm_up(fn, settings.round_seconds)
         numbers[label] = max(1, int(settings.round_seconds / max(warm, 1e-9)))
-        costs[label] = numbers[label] * warm
-    return rounds(timers, numbers, rounds_within(settings, sum(costs.values()))), counted
+        round_cost += numbers[label] * warm
+    return timers, numbers, round_cost, counted
 
 
 def rounds_within(settings, round_cost: float) -> int:
@@ -105,14 +105,17 @@ def rounds(timers: dict[str, timeit.Timer], numbers: dict[str, int], repeats: in
 
 
 def measure_cell(fns: dict[str, callable], settings, count: str | None = None, counter=None):
-    """Interleaved rounds of every callable; while any callable's spread is over the profile's noise
-    threshold, more rounds are added (at most ``noise_retries`` times; ``settings``: the suite's). Returns the
-    samples, how many times the cell was re-measured, and ``count``'s ``counter`` result (None without one)."""
-    samples, counted = time_round_robin(fns, settings, count, counter)
+    """Interleaved rounds of every callable (how many: :func:`rounds_within`); while any callable's spread is over
+    the profile's noise threshold, as many rounds again are added with the same calibration (at most
+    ``noise_retries`` times; ``settings``: the suite's). Returns the samples, how many times the cell was
+    re-measured, and ``count``'s ``counter`` result (None without one)."""
+    timers, numbers, round_cost, counted = calibrate(fns, settings, count, counter)
+    repeats = rounds_within(settings, round_cost)
+    samples = rounds(timers, numbers, repeats)
     retries = 0
     while retries < settings.noise_retries and max(map(relative_spread, samples.values())) > settings.noise_threshold:
         retries += 1
-        more, _ = time_round_robin(fns, settings)
+        more = rounds(timers, numbers, repeats)
         samples = {label: samples[label] + more[label] for label in samples}
     return samples, retries, counted
 

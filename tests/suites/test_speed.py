@@ -75,6 +75,27 @@ def test_a_slow_call_is_timed_once_per_round_with_no_hidden_warm_up_calls():
     assert all(s >= PROFILE.of("speed").round_seconds * 2 for s in samples["slow"])
 
 
+def test_a_noisy_cell_is_re_measured_with_more_rounds_and_no_second_calibration():
+    """A cell over the noise threshold gets as many rounds again, timed with the calls per round it was
+    calibrated with: no second cold call or warm-up."""
+    import time
+
+    from zoo.timing import measure_cell
+
+    calls = []
+    round_seconds = PROFILE.of("speed").round_seconds
+
+    def uneven():  # alternately two and eight rounds long: an IQR far over any threshold
+        calls.append(1)
+        time.sleep(round_seconds * (2 if len(calls) % 2 else 8))
+
+    settings = PROFILE.with_settings("speed", repeats=4, noise_retries=1, noise_threshold=0.2,
+                                     cell_seconds=None).of("speed")
+    samples, retries, _ = measure_cell({"uneven": uneven}, settings)
+    assert retries == 1 and len(samples["uneven"]) == 8
+    assert len(calls) == 2 + 4 + 4
+
+
 def test_peers_are_timed_only_after_a_first_call_that_works_and_agrees(registry):
     """A peer is timed beside the variant after an untimed first call (reported on its own); one whose library
     is missing or whose output differs is not timed, the reason is on its row, and the run goes on."""
