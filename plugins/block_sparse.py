@@ -23,7 +23,7 @@ from torch import nn
 import zoo
 from zoo.decoding import append
 from zoo.functional import (DENSE_FRACTION, check_dense_fraction, dense_call_pays, gathered_mask, masked_sdpa,
-                            merge_heads, sdpa_zeroing_empty_rows, split_heads)
+                            merge_heads, pattern_sdpa, sdpa_zeroing_empty_rows, split_heads)
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -81,10 +81,7 @@ class BlockSparseAttention(nn.Module):
         slots = max(map(len, local_rows), default=0)
         scores = gathered_scores(n, block, global_rows, slots)
         if dense_call_pays(scores, n * n, self.dense_fraction):
-            mask = layout_mask(self, n, is_causal, q.device)
-            if attn_mask is None:
-                return merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
-            return merge_heads(sdpa_zeroing_empty_rows(q, k, v, mask & attn_mask))
+            return merge_heads(pattern_sdpa(q, k, v, layout_mask(self, n, is_causal, q.device), attn_mask))
         pad = blocks * block - n
         if pad:
             q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))

@@ -18,7 +18,7 @@ from torch import nn
 
 import zoo
 from zoo.functional import (DENSE_FRACTION, check_dense_fraction, dense_call_pays, gathered_mask, merge_heads,
-                            sdpa_zeroing_empty_rows, split_heads)
+                            pattern_sdpa, sdpa_zeroing_empty_rows, split_heads)
 from zoo.reference import reference_mask, softmax_attention
 
 
@@ -67,9 +67,7 @@ class WindowedAttention(nn.Module):
         """One fused SDPA call over the whole sequence with the dense (n, n) band (and the user's mask)."""
         mask = band_mask(self, query.shape[1], is_causal, query.device)
         q, k, v = (split_heads(x, self.num_heads) for x in (query, key, value))
-        if attn_mask is None:
-            return merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
-        return merge_heads(sdpa_zeroing_empty_rows(q, k, v, mask & attn_mask))
+        return merge_heads(pattern_sdpa(q, k, v, mask, attn_mask))
 
     def _interior(self, query, key, value, first, last, band):
         """Query blocks [first, last) as (blocks, heads, block, d) views of the (seq, heads * d) rows and

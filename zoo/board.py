@@ -4,8 +4,8 @@ and the suites that drew them; and the helpers sections share (escaping, formatt
 What a board shows for run R: every job of R and, for each (variant, suite) R did not run, the latest job of that
 suite in an earlier comparable run (the same settings of that suite and of the run as a whole, the same kind of
 machine), so ``zoo run windowed`` updates windowed's rows and leaves every other variant on the board, and a run
-that changed one suite's settings keeps the other suites' earlier rows. A suite that is ``carried`` and has no rows among those shows its
-latest rows from any run instead, labelled with their runs; those rows are shown, never gated.
+that changed one suite's settings keeps the other suites' earlier rows. A suite that is ``carried`` and has no rows
+among those shows its latest rows from any run instead, labelled with their runs; those rows are shown, never gated.
 
 A variant's current source is the one its newest job on the board measured. A job that measured another source is
 *stale*: its rows leave the board (they neither rank nor block the variant), and the board names the suites and
