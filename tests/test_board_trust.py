@@ -399,3 +399,36 @@ def test_a_causal_only_variant_is_measured_and_ranked_causal_beside_non_causal_o
     ranked = [line for line in _ranked_tables(_leaderboard(tmp_path)).splitlines() if line.startswith("| ")]
     assert any("forgetting" in line and "(causal" in line for line in ranked)
     assert any("multi-head" in line and "(causal" not in line for line in ranked)
+
+
+def test_a_figures_interval_spans_the_same_figure_in_earlier_runs_of_its_source_and_no_other():
+    """Three runs of one source: the board's ratio keeps its own value, its interval reaches the two earlier runs'
+    figures (and no further back, nor to a run of another source), and says how many runs it spans."""
+    from zoo.board import RERUNS, board_rows
+    from zoo.checks import Result
+    from zoo.profiles import get_profile
+
+    store = Store.in_memory("reruns")
+    settings = get_profile("quick").as_dict()
+
+    def run(started, ratio, source):
+        run_id = store.start_run(settings, {"cpu": "test"}, started)
+        rows = [Result("time-ratio", "measured", "full fwd n=64", ratio, "ratio", n=64, mode="full", phase="fwd",
+                       versus="torch-sdpa", low=ratio * 0.99, high=ratio * 1.01).as_dict(),
+                Result("time-ratio", "measured", "full fwd n=128", ratio, "ratio", n=128, mode="full", phase="fwd",
+                       versus="torch-sdpa").as_dict()]  # no interval stated: left as it is
+        store.record_job(run_id, "dot-product", "speed", "done", 1.0, {"source_sha256": source}, rows)
+        return run_id
+
+    run("2026-01-01 00:00:00", 0.5, "aaa")  # the oldest run of this source: beyond RERUNS
+    run("2026-01-01 01:00:00", 5.0, "bbb")  # another source: never spanned
+    run("2026-01-01 02:00:00", 0.8, "aaa")
+    run("2026-01-01 03:00:00", 1.2, "aaa")
+    latest = run("2026-01-01 04:00:00", 1.0, "aaa")
+    results, _ = board_rows(store, latest)
+    ratio = results[results.n == 64].iloc[0]
+    assert RERUNS == 2 and ratio.run_id == latest and ratio.value == 1.0
+    assert (ratio.low, ratio.high, ratio.reruns) == (0.8, 1.2, 2)
+    assert abs(ratio.between_runs - 0.4) < 1e-12
+    bare = results[results.n == 128].iloc[0]
+    assert bare.reruns == 0 and pd.isna(bare.low) and pd.isna(bare.between_runs)

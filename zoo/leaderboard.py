@@ -73,7 +73,8 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
     tidy = results.assign(plugin=results.variant.map(lambda v: board.cards[v].get("plugin")),
                           origin=results.variant.map(lambda v: origin_text(board.cards[v])),
                           params=results.params.map(lambda p: json.dumps(p, sort_keys=True) if p else None))
-    csv = tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256"]].sort_values(
+    csv = tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256", "reruns",
+                "between_runs"]].sort_values(
         ["variant", "suite", "check", "versus", "mode", "phase", "n", "batch"], kind="stable").to_csv(index=False)
     tables, unranked = ranked_tables(board)
     sections = [_section(board, name) for name in board.suite_order()]

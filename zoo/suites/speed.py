@@ -20,7 +20,7 @@ from torch.utils.benchmark import Timer
 import zoo
 from zoo import approximation
 from zoo import plots as plots_
-from zoo.board import Footnotes, approximates, best_known, best_known_rows, fmt_g, fmt_ms, fmt_x
+from zoo.board import RERUNS, Footnotes, approximates, best_known, best_known_rows, fmt_g, fmt_ms, fmt_x
 from zoo.cases import relative_error
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
@@ -536,10 +536,11 @@ def _reproducibility_line(board) -> str:
              "time carries that drift, a ratio measured in the same rounds as its comparator does not, so compare "
              "ratios, not times, between runs." if drifts else "")
     rows = board.results[(board.results.suite == SUITE) & (board.results.check == "time-between")]
-    if rows.empty:
-        return ("Reproducibility: each cell was timed in one process, so nothing here says how far a rerun of it "
-                "would land (run with --processes 2 or more)." + drift)
     comparators = {variant: _versus(board, variant) for variant in board.variants}
+    if rows.empty:
+        return ("Reproducibility: each cell was timed in one process, so within this run nothing says how far a "
+                "rerun of it would land (run with --processes 2 or more)." + drift
+                + _between_runs_text(board, comparators))
     ratios = rows[rows.versus == rows.variant.map(comparators)]
     times = rows[rows.versus == ""]
     described = "; ".join(f"{label} median {values.value.median():.3g}, largest {values.value.max():.3g}"
@@ -550,11 +551,27 @@ def _reproducibility_line(board) -> str:
               for r in frame.itertuples()]
     return (f"Reproducibility: each cell was timed in {board.settings.get('processes') or 'several'} fresh processes, "
             f"each a separate pass over the run's variants; the spread of their medians ((largest - smallest) / "
-            f"median): {described}.{drift} A figure's interval [low-high] spans every process's median and at least "
-            "the rounds' interquartile range, a time's also the run's drift; "
+            f"median): {described}.{drift}{_between_runs_text(board, comparators)} A figure's interval [low-high] "
+            "spans every process's median and at least the rounds' interquartile range, a time's also the run's "
+            "drift, and the same figure in those earlier runs; "
             + (f"{sum(marked)} of {len(marked)} of these figures have one wider than {threshold:g} of their value and "
                "are marked *varies* (a rerun may land elsewhere); " if threshold is not None else "")
             + "ranked variants whose intervals overlap share a rank.")
+
+
+def _between_runs_text(board, comparators) -> str:
+    """How far the ratios to the op each kind is ranked against landed apart between this board's run and the
+    earlier runs of the same sources it also spans (:data:`zoo.board.RERUNS`)."""
+    rows = board.results[(board.results.suite == SUITE) & (board.results.check == "time-ratio")]
+    rows = rows[rows.versus == rows.variant.map(comparators)]
+    spanned = rows[rows.reruns > 0] if "reruns" in rows else rows.iloc[:0]
+    if spanned.empty:
+        return (" No earlier run of these sources on these settings and this kind of machine is in the store, so "
+                "nothing here has been seen across runs.")
+    return (f" Between runs: {len(spanned)} of {len(rows)} ratios to the op each kind is ranked against were also "
+            f"measured in up to {RERUNS} earlier runs of the same source on these settings and this kind of "
+            "machine; the spread of those runs' figures and this one's ((largest - smallest) / value): median "
+            f"{spanned.between_runs.median():.3g}, largest {spanned.between_runs.max():.3g}.")
 
 
 def rank_intro(board) -> list[str]:
@@ -685,8 +702,9 @@ def section(board) -> zoo.Section:
             "layers) on the same shapes in the same process (median of per-round ratios, over every process that "
             "timed the cell); *noisy* marks a cell whose IQR/median stayed above the run's threshold after "
             "re-measuring, *varies* a time or ratio whose interval (every process's median, at least the rounds' "
-            "interquartile range; for a time also the machine's drift over the run, see Reproducibility above) is "
-            "wider than the run's threshold (a rerun may land elsewhere). An approximation's "
+            "interquartile range, the same figure in earlier runs of the same source; for a time also the machine's "
+            "drift over the run, see Reproducibility above) is wider than the run's threshold (a rerun may land "
+            "elsewhere). An approximation's "
             "forward "
             "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
