@@ -49,3 +49,21 @@ def test_a_worker_runs_with_those_folders(tmp_path):
     folders = results[results.check == "cache-folder"].set_index("setting").detail
     assert set(folders.index) == set(CACHE_FOLDERS)
     assert all(path.startswith(str(tmp_path / "cache" / "zoo")) for path in folders), folders.to_dict()
+
+
+def test_a_run_shared_value_is_made_by_its_first_process_and_read_back_alike_by_every_later_one(tmp_path,
+                                                                                                 monkeypatch):
+    from zoo.environment import RUN_CACHE, run_shared
+
+    made = []
+    make = lambda value: lambda: made.append(value) or [value, 2048]
+    monkeypatch.delenv(RUN_CACHE, raising=False)
+    assert run_shared("peak", make(1.5), tuple) == (1.5, 2048) and run_shared("peak", make(2.5), tuple) == (2.5, 2048)
+    assert made == [1.5, 2.5]  # no shared folder (one process, the Python API): every call measures
+    monkeypatch.setenv(RUN_CACHE, str(tmp_path))
+    made.clear()
+    first = run_shared("peak", make(3.5), tuple)
+    later = run_shared("peak", make(4.5), tuple)
+    other = run_shared("bandwidth", make(5.5), tuple)
+    assert first == later == (3.5, 2048) and other == (5.5, 2048) and made == [3.5, 5.5]
+    assert sorted(path.suffix for path in tmp_path.iterdir()) == [".json", ".json"]  # no staging file left

@@ -4,12 +4,15 @@ can be told apart and compared."""
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import os
 import platform
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from .checks import ROW_FORM
 
@@ -23,7 +26,30 @@ memory-hungry variants do not pay page faults on every call."""
 
 RUN_CACHE = "ZOO_RUN_CACHE"
 """Environment variable naming a folder the worker processes of one local run share (the runner sets it), where
-what one process counted deterministically (a measurement plan) is read by the next (see :func:`zoo.plan.shared`)."""
+what one process worked out for the whole run (a measurement plan, the matmul peak) is read by the next
+(:func:`run_shared`)."""
+
+
+def run_shared(key: str, make: Callable[[], object], decode: Callable[[object], object] = lambda data: data):
+    """The JSON value ``key`` names, from the run's shared folder (:data:`RUN_CACHE`) if a process of the run made
+    it, else ``make()`` now, left there for the others; ``decode`` turns the JSON back into the caller's type in
+    every process alike. Without the folder (a single process, the Python API) every call makes its own."""
+    folder = os.environ.get(RUN_CACHE)
+    path = folder and Path(folder) / f"shared-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    if path:
+        try:
+            return decode(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # not made yet (or unreadable): make it
+    text = json.dumps(make())  # the maker gets what the others will read back, not its own unserialised value
+    if path:
+        try:
+            staging = path.with_name(f"{path.name}.{os.getpid()}")
+            staging.write_text(text)
+            os.replace(staging, path)
+        except OSError:
+            pass  # the next process makes its own
+    return decode(json.loads(text))
 
 
 CACHE_FOLDERS = {

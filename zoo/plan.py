@@ -18,17 +18,13 @@ Every length left out gets a reason, which the leaderboard shows.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from .checks import SKIPPED, Result
 from .contract import Variant
-from .environment import RUN_CACHE
+from .environment import run_shared
 from .measure import flops_and_peak_memory
 from .workload import Workload
 
@@ -143,27 +139,12 @@ def plan_lengths(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Ite
 
 
 def shared(key: str, make: Callable[[], Plan]) -> Plan:
-    """The plan ``key`` names, from the run's shared folder (:data:`zoo.environment.RUN_CACHE`) if a process of the
-    run made it, else made now (and left there for the others): a plan is counted, never timed, so every process
-    would make the same one, and a timing check repeated in fresh processes counts its plan once."""
-    folder = os.environ.get(RUN_CACHE)
-    if not folder:
-        return make()
-    path = Path(folder) / f"plan-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
-    try:
-        data = json.loads(path.read_text())
-        return Plan({who: list(lengths) for who, lengths in data["lengths"].items()},
-                    {who: {int(n): why for n, why in reasons.items()} for who, reasons in data["left_out"].items()})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass  # not made yet (or unreadable): make it
-    plan = make()
-    try:
-        staging = path.with_name(f"{path.name}.{os.getpid()}")
-        staging.write_text(json.dumps(asdict(plan)))
-        os.replace(staging, path)
-    except OSError:
-        pass  # the next process makes its own
-    return plan
+    """The plan ``key`` names, made once in a run (:func:`zoo.environment.run_shared`): a plan is counted, never
+    timed, so every process would make the same one, and a timing check repeated in fresh processes counts its
+    plan once."""
+    return run_shared(f"plan|{key}", lambda: asdict(make()), lambda data: Plan(
+        {who: list(lengths) for who, lengths in data["lengths"].items()},
+        {who: {int(n): why for n, why in reasons.items()} for who, reasons in data["left_out"].items()}))
 
 
 def plan_rows(plan, variant_name: str, mode: str, verb: str):

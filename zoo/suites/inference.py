@@ -28,6 +28,7 @@ from zoo import decoding
 from zoo import plots as plots_
 from zoo.board import Footnotes, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
+from zoo.environment import run_shared
 from zoo.measure import bytes_read, count_flops
 from zoo.plan import extrapolate
 from zoo.timing import figure
@@ -48,9 +49,15 @@ def mode_of(variant) -> str:
 
 @functools.lru_cache(maxsize=None)
 def read_bandwidth(threads: int, device: str = "cpu", mib: int = 256) -> tuple[float, int]:
-    """This machine's memory read rate in bytes/s, measured now, and the buffer's size: a sum over a float32 buffer
-    of ``mib`` MiB and at least four times the last-level cache, so every byte comes from memory (the ceiling a
-    decode step, which reads its whole state and the weights once, can approach)."""
+    """This machine's memory read rate in bytes/s and the buffer's size: a sum over a float32 buffer of ``mib`` MiB
+    and at least four times the last-level cache, so every byte comes from memory (the ceiling a decode step, which
+    reads its whole state and the weights once, can approach). Measured once in a run
+    (:func:`zoo.environment.run_shared`), not in each of its inference processes."""
+    return run_shared(f"read-bandwidth|{threads}|{device}|{mib}", lambda: _measure_read_bandwidth(threads, device, mib),
+                      tuple)
+
+
+def _measure_read_bandwidth(threads: int, device: str, mib: int) -> tuple[float, int]:
     size = max(mib * 2 ** 20, 4 * last_level_cache_bytes(device))
     buffer = torch.ones(size // 4, device=device)
     seconds = Timer("buffer.sum()", globals={"buffer": buffer}, num_threads=threads).blocked_autorange(
@@ -369,7 +376,9 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
     for row in first:
         if row.check == "read-bandwidth" and bandwidths:
             row = dataclasses.replace(row, value=statistics.median(bandwidths) / 1e9, samples=[b / 1e9 for b in bandwidths],
-                                      detail=f"median of {len(bandwidths)} processes' measurements (samples: each's)")
+                                      detail=f"median of the {len(bandwidths)} processes' figures, "
+                                             f"{len(set(bandwidths))} measurement(s) (a run measures it once; "
+                                             "samples: each process's)")
         elif row.check == "prefill-time" and row.status == MEASURED:
             pooled = figure(prefills[(row.batch, row.n)])
             row = dataclasses.replace(row, value=pooled.value, samples=pooled.samples, low=pooled.low, high=pooled.high,

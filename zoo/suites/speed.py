@@ -22,6 +22,7 @@ from zoo import approximation
 from zoo import plots as plots_
 from zoo.board import RERUNS, Footnotes, approximates, best_known, best_known_rows, fmt_g, fmt_ms, fmt_x
 from zoo.cases import relative_error
+from zoo.environment import run_shared
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.measure import count_flops
@@ -49,9 +50,16 @@ PEAK_CALL_SECONDS = 1.0
 
 @functools.lru_cache(maxsize=None)
 def matmul_peak(threads: int, device: str = "cpu", dtype: str = "float32") -> tuple[float, int]:
-    """This device's matmul rate in ``dtype`` in FLOP/s, measured now (the ceiling for '% of peak'), and the size
-    it was measured at: 2048 where the dtype has fast kernels, smaller where it does not (bfloat16 on a CPU without
-    bfloat16 instructions ran about 500x slower than float32 here, and one 2048 call would take seconds)."""
+    """This device's matmul rate in ``dtype`` in FLOP/s (the ceiling for '% of peak'), and the size it was measured
+    at: 2048 where the dtype has fast kernels, smaller where it does not (bfloat16 on a CPU without bfloat16
+    instructions ran about 500x slower than float32 here, and one 2048 call would take seconds). Measured once in
+    a run (:func:`zoo.environment.run_shared`), not again in each of its speed processes (66 in a quick run-all of
+    22 variants; a multi-head speed process went from 6.5-6.7 s to 5.3 s)."""
+    return run_shared(f"matmul-peak|{threads}|{device}|{dtype}", lambda: _measure_matmul_peak(threads, device, dtype),
+                      tuple)
+
+
+def _measure_matmul_peak(threads: int, device: str, dtype: str) -> tuple[float, int]:
     def rate(size):
         a, b = (torch.randn(size, size, device=device, dtype=getattr(torch, dtype)) for _ in range(2))
         timer = Timer("a @ b", globals={"a": a, "b": b}, num_threads=threads)
@@ -283,7 +291,8 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
     for row in rows_by_process[0]:
         if row.check == "matmul-peak" and peaks:
             row = dataclasses.replace(row, value=statistics.median(peaks), samples=peaks,
-                                      detail=f"median of {len(peaks)} processes' measurements (samples: each's)")
+                                      detail=f"median of the {len(peaks)} processes' figures, {len(set(peaks))} measurement(s) "
+                                      "(a run measures it once; samples: each process's)")
         elif row.check == "time-spread" and row.status == MEASURED:
             row = dataclasses.replace(row, value=spreads[(row.mode, row.phase, row.n)],
                                       detail="largest IQR/median of the cell's callables in any of the processes")
