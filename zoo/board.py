@@ -260,7 +260,7 @@ def _spanning_reruns(results: pd.DataFrame, rerun_parts: list[pd.DataFrame]) -> 
     """``results`` with every figure that states an interval widened to the same figure's values in the earlier
     runs of its source (``rerun_parts``), and its ``reruns`` and ``between_runs`` columns."""
     results = results.assign(reruns=0, between_runs=np.nan)
-    if not rerun_parts or "low" not in results:
+    if not rerun_parts:
         return results
     earlier: dict[tuple, list[float]] = {}
     for part in rerun_parts:
