@@ -54,9 +54,14 @@ class RotaryMultiHeadAttention(nn.Module):
         return cached[0][:length], cached[1][:length]
 
     def projections(self, query, key, value):
-        h = self.num_heads
-        q, k, v = (split_heads(layer(x), h) for layer, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
-        return q, k, v
+        layers = (self.q_proj, self.k_proj, self.v_proj)
+        if query is key and key is value:  # self-attention: one matmul for the three projections
+            weight = torch.cat([layer.weight for layer in layers])
+            bias = None if self.q_proj.bias is None else torch.cat([layer.bias for layer in layers])
+            q, k, v = F.linear(query, weight, bias).chunk(3, dim=-1)
+        else:
+            q, k, v = (layer(x) for layer, x in zip(layers, (query, key, value)))
+        return tuple(split_heads(x, self.num_heads) for x in (q, k, v))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = self.projections(query, key, value)
@@ -125,7 +130,8 @@ def complex_rotation(module):
 
 def cached_tables(module):
     """The best plain-torch form known: one fused projection for self-attention (the three weights as one
-    matrix), cos and sin tables computed once per length and reused, the rotate-half product, then SDPA."""
+    matrix, as the module's own), cos and sin tables computed once per length and reused, the rotate-half product,
+    then SDPA."""
     tables = {}
 
     def angles(length, like):
@@ -135,13 +141,7 @@ def cached_tables(module):
         return tables[key]
 
     def run(query, key, value, attn_mask=None, is_causal=False):
-        if query is key and key is value:
-            layers = (module.q_proj, module.k_proj, module.v_proj)
-            weight = torch.cat([layer.weight for layer in layers])
-            bias = None if module.q_proj.bias is None else torch.cat([layer.bias for layer in layers])
-            q, k, v = (split_heads(x, module.num_heads) for x in F.linear(query, weight, bias).chunk(3, dim=-1))
-        else:
-            q, k, v = module.projections(query, key, value)
+        q, k, v = module.projections(query, key, value)
         q, k = (rotate(x, *angles(x.shape[-2], x)) for x in (q, k))
         return module.out_proj(merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal)))
 

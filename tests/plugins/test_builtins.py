@@ -490,3 +490,27 @@ def test_native_sparse_chooses_the_exact_blocks_in_bfloat16_at_the_full_profiles
 
     results = list(check_low_precision(registry.variant("native-sparse"), get_profile("full")))
     assert results and all(r.status == "passed" for r in results), [r for r in results if r.status != "passed"]
+
+
+@pytest.mark.parametrize("name", ["grouped-query", "multi-query"])
+def test_grouped_heads_give_one_output_and_one_gradient_through_sdpas_gqa_and_the_repeated_heads(registry, name):
+    """Without a gradient the shared key/value heads go to SDPA's enable_gqa; with one they are repeated per query
+    head first: both paths (and the fused self-attention projection against separate keys and values) must
+    agree; the repeated path's gradient must be the float64 reference's for the input, and reach the shared
+    projections' weights as the repeat_interleave baseline's does."""
+    torch.manual_seed(0)
+    module = zoo.create(name, d_model=16, num_heads=4, registry=registry).double()
+    x = torch.randn(2, 9, 16, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        inference = module(x, x, x, is_causal=True)
+    training = module(x, x, x, is_causal=True)
+    separate = module(x, x.clone(), x.clone(), is_causal=True)  # not one tensor: three projections
+    expected = registry.variant(name).reference(module, x, x, x, is_causal=True)
+    assert relative_error(inference, expected) < 1e-12 and relative_error(training, expected) < 1e-12
+    assert relative_error(separate, expected) < 1e-12
+    grad = torch.randn_like(training)
+    weights = (module.k_proj.weight, module.v_proj.weight)
+    ours = torch.autograd.grad(training, (x, *weights), grad)
+    assert relative_error(ours[0], torch.autograd.grad(expected, x, grad)[0]) < 1e-10
+    baseline = registry.variant(name).baselines["repeated-kv"](module)(x, x, x, is_causal=True)
+    assert all(relative_error(a, b) < 1e-10 for a, b in zip(ours[1:], torch.autograd.grad(baseline, weights, grad)))
