@@ -46,9 +46,11 @@ def relative_spread(values: list[float]) -> float:
     return iqr / median if median > 0 else 0.0
 
 
-def calibrate(fns: dict[str, callable], settings, count: str | None = None, counter=None):
+def calibrate(fns: dict[str, callable], settings, count: str | None = None, counter=None, cold_call=None):
     """A timer and a per-round call count for each callable, the seconds a round of them all costs, and
-    ``count``'s ``counter(fn)`` from its cold call (else None).
+    ``count``'s ``counter(fn)`` from its cold call (else None). ``cold_call``: ``count``'s cold call already made
+    by the caller, as its seconds and its ``counter`` result (the speed suite's safety net makes it), so it is not
+    made again: at n = 1024 that is a whole forward+backward of a variant whose one call takes seconds.
 
     Each callable runs a call count calibrated once from a warm-up (after a first, cold call): calls, untimed,
     for one round's worth of time, since a callable's first tenth of a second here ran 10-20% slower than its
@@ -62,7 +64,9 @@ def calibrate(fns: dict[str, callable], settings, count: str | None = None, coun
     timers, numbers, round_cost, counted = {}, {}, 0.0, None
     for label, fn in fns.items():
         timers[label] = timeit.Timer(fn, timer=synchronized_clock)
-        if label == count and counter is not None:
+        if label == count and cold_call is not None:
+            cold, counted = cold_call
+        elif label == count and counter is not None:
             results = []
             cold = timed(lambda: results.append(counter(fn)))
             counted = results[0]
@@ -104,12 +108,12 @@ def rounds(timers: dict[str, timeit.Timer], numbers: dict[str, int], repeats: in
     return samples
 
 
-def measure_cell(fns: dict[str, callable], settings, count: str | None = None, counter=None):
+def measure_cell(fns: dict[str, callable], settings, count: str | None = None, counter=None, cold_call=None):
     """Interleaved rounds of every callable (how many: :func:`rounds_within`); while any callable's spread is over
     the profile's noise threshold, as many rounds again are added with the same calibration (at most
     ``noise_retries`` times; ``settings``: the suite's). Returns the samples, how many times the cell was
-    re-measured, and ``count``'s ``counter`` result (None without one)."""
-    timers, numbers, round_cost, counted = calibrate(fns, settings, count, counter)
+    re-measured, and ``count``'s ``counter`` result (None without one; ``cold_call``: see :func:`calibrate`)."""
+    timers, numbers, round_cost, counted = calibrate(fns, settings, count, counter, cold_call)
     repeats = rounds_within(settings, round_cost)
     samples = rounds(timers, numbers, repeats)
     retries = 0

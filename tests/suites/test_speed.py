@@ -22,6 +22,21 @@ def test_speed_rows_cover_every_length_with_ratios_to_sdpa_and_baselines(registr
     assert all(r.value > 0 for r in rows if r.check == "time-ratio")
 
 
+def test_the_safety_net_stops_at_the_first_length_whose_call_is_over_the_limit_and_its_call_counts_the_flops(
+        registry):
+    variant = registry.variant("dot-product")
+    lengths = PROFILE.of("speed").lengths
+    stopped = [r for r in run_speed(variant, PROFILE.with_settings("speed", call_limit_seconds=1e-9))
+               if r.check == "time" and not r.versus]
+    assert [r.status for r in stopped if r.mode == "full"] == ["skipped"] * len(lengths)
+    assert "safety net" in stopped[0].detail and f"n={lengths[0]}" in stopped[0].detail
+    assert "not timed from this length on" in stopped[0].detail
+    flops = [{(r.mode, r.phase, r.n): r.value for r in run_speed(variant, PROFILE.with_settings(
+        "speed", call_limit_seconds=limit)) if r.check == "timed-flops"} for limit in (60.0, None)]
+    assert flops[0] == flops[1] and len(flops[0]) == 2 * (len(lengths) + 1)  # the net's call counted as calibrate's
+    assert all(flops[0][("full", "fwd+bwd", n)] > flops[0][("full", "fwd", n)] > 0 for n in lengths)
+
+
 def test_approximation_error_is_measured_for_approximations_only(registry):
     [skipped] = run_approximation_error(registry.variant("dot-product"), PROFILE)
     assert skipped.status == "skipped" and "approximates=None" in skipped.detail
@@ -164,6 +179,29 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
     assert calls["slow"] == 1 + 3  # cold, then one per round
     assert flops == 2 * 64 ** 3 and ops == ["aten.mm"]
     assert len(samples["counted"]) == 3 and calls["counted"] >= 2 + 3  # counted cold call, warm-up, rounds
+
+
+def test_a_cold_call_the_caller_already_made_is_not_made_again_and_its_count_is_the_cells():
+    import time
+
+    from zoo.timing import measure_cell
+
+    calls = {"slow": 0, "other": 0}
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(PROFILE.of("speed").round_seconds * 10)
+
+    def other():
+        calls["other"] += 1
+        time.sleep(PROFILE.of("speed").round_seconds * 10)
+
+    settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0).of("speed")
+    cold_call = (PROFILE.of("speed").round_seconds * 10, ("flops", ["ops"]))
+    samples, _, counted = measure_cell({"slow": slow, "other": other}, settings, "slow", lambda fn: fn() or 0,
+                                       cold_call)
+    assert counted == ("flops", ["ops"]) and len(samples["slow"]) == 3
+    assert calls == {"slow": 3, "other": 1 + 3}  # the given one: its rounds only; the other: its cold call too
 
 
 def test_an_error_sweep_measures_the_approximation_at_each_option_value(registry):
