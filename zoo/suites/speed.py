@@ -188,9 +188,8 @@ def run_speed(variant, profile):
                 counted = []
                 seconds = timed(lambda: counted.append(_count(loads[variant.name].train_step)))
                 if seconds > limit:
-                    stopped_by = (f"safety net: one forward+backward call (its FLOPs counted) took {seconds:.3g} s at "
-                                  f"n={n}, over the "
-                                  f"profile's {limit:g} s limit; not timed from this length on")
+                    stopped_by = (f"safety net: one forward+backward call (its FLOPs counted) took {seconds:.3g} s "
+                                  f"at n={n}, over the profile's {limit:g} s limit; not timed from this length on")
                     yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                     continue
                 cold_call = seconds, counted[0]
@@ -297,8 +296,9 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
     for row in rows_by_process[0]:
         if row.check == "matmul-peak" and peaks:
             row = dataclasses.replace(row, value=statistics.median(peaks), samples=peaks,
-                                      detail=f"median of the {len(peaks)} processes' figures, {len(set(peaks))} measurement(s) "
-                                      "(a run measures it once; samples: each process's)")
+                                      detail=f"median of the {len(peaks)} processes' figures, "
+                                             f"{len(set(peaks))} measurement(s) (a run measures it once; "
+                                             "samples: each process's)")
         elif row.check == "time-spread" and row.status == MEASURED:
             row = dataclasses.replace(row, value=spreads[(row.mode, row.phase, row.n)],
                                       detail="largest IQR/median of the cell's callables in any of the processes")
