@@ -6,6 +6,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 
 def softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -81,3 +82,25 @@ def reference_mask(attn_mask: Tensor | None, is_causal: bool, q_len: int, k_len:
             causal = causal.to(attn_mask.device)
         mask = causal if mask is None else mask & causal
     return mask
+
+
+class plain_precision(TorchFunctionMode):
+    """Within it, reference code runs as plain torch in ``dtype``: every cast up (``.double()``, ``.float()``,
+    ``.to(torch.float64)``, ``dtype=torch.float32``) keeps ``dtype`` instead. The textbook math computed without
+    the references' upcasting, which is what FlashAttention's rule compares a low-precision kernel with (its error
+    at most twice plain torch's in the same precision)."""
+
+    UPCASTS = (torch.float32, torch.float64)
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in (Tensor.double, Tensor.float):
+            return args[0].to(self.dtype)
+        args = tuple(self.dtype if isinstance(a, torch.dtype) and a in self.UPCASTS else a for a in args)
+        if kwargs.get("dtype") in self.UPCASTS:
+            kwargs["dtype"] = self.dtype
+        return func(*args, **kwargs)

@@ -510,6 +510,46 @@ def test_reference_checks_pass_just_under_their_tolerance(registry, check_name, 
     assert results and all(r.status == PASSED for r in results), [r for r in results if r.status != PASSED]
 
 
+class Cancelling(Attention):
+    """Softmax attention plus 256 minus 256 on the values: exact in float64, but in bfloat16 (spacing 2 at 256)
+    and float16 (1/4) it rounds the values off, as plain torch in that precision does too."""
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+        return super().forward(query, key, (value + 256) - 256, attn_mask, is_causal)
+
+
+def cancelling_reference(module, query, key, value, attn_mask=None, is_causal=False):
+    return reference(module, query, key, (value.double() + 256) - 256, attn_mask, is_causal)
+
+
+def test_low_precision_allows_twice_plain_torchs_error_in_that_precision_and_no_more(registry):
+    """FlashAttention's rule: math that rounds badly in bf16 is judged against the same math in plain torch there,
+    not against 4 epsilons; the same math made twice as wrong again fails."""
+    same = run(registry, "reference-low-precision", make_variant(Cancelling, reference=cancelling_reference))
+    assert same and all(r.status == PASSED for r in same), [r for r in same if r.status != PASSED]
+    assert max(r.value for r in same) > 4 * torch.finfo(torch.bfloat16).eps  # the 4-epsilon floor alone would fail
+    assert all("plain torch's" in r.detail for r in same)
+
+    class Worse(Cancelling):
+        def forward(self, query, key, value, attn_mask=None, is_causal=False):
+            out = super().forward(query, key, value, attn_mask, is_causal)
+            return out + (out - super(Cancelling, self).forward(query, key, value, attn_mask, is_causal)) * 2
+
+    worse = run(registry, "reference-low-precision", make_variant(Worse, reference=cancelling_reference))
+    assert any(r.status == FAILED for r in worse), worse
+
+
+def test_plain_precision_turns_a_references_upcasts_into_the_given_dtype():
+    from zoo.reference import plain_precision
+
+    x = torch.ones(3, dtype=torch.bfloat16)
+    with plain_precision(torch.float16):
+        made = [x.double(), x.float(), x.to(torch.float64), x.to(dtype=torch.float32), torch.zeros(2, dtype=torch.float64),
+                x.new_ones(2, dtype=torch.float64), torch.arange(3).double()]
+    assert [t.dtype for t in made] == [torch.float16] * len(made)
+    assert x.double().dtype == torch.float64  # only inside
+
+
 def test_an_approximation_a_little_better_than_the_mean_of_the_values_passes(registry):
     results = run(registry, "approximation", make_variant(blended(0.05), approximates="softmax", reference=mean_reference))
     assert results and all(r.status == PASSED for r in results), results  # error 0.95 < 0.98
