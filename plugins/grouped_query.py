@@ -15,7 +15,8 @@ from torch import nn
 
 import zoo
 from zoo.decoding import append
-from zoo.functional import cached_attention, masked_sdpa, merge_heads, sdpa_zeroing_empty_rows, split_heads
+from zoo.functional import (cached_attention, masked_sdpa, merge_heads, project_qkv, sdpa_zeroing_empty_rows,
+                            split_heads)
 from zoo.reference import linear, reference_mask, softmax_attention
 
 
@@ -38,13 +39,7 @@ class GroupedQueryAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
 
     def projections(self, query, key, value):
-        layers = (self.q_proj, self.k_proj, self.v_proj)
-        if query is key and key is value:  # self-attention: one matmul for the three projections
-            weight = torch.cat([layer.weight for layer in layers])
-            bias = None if self.q_proj.bias is None else torch.cat([layer.bias for layer in layers])
-            q, k, v = F.linear(query, weight, bias).split([layer.out_features for layer in layers], dim=-1)
-        else:
-            q, k, v = (layer(x) for layer, x in zip(layers, (query, key, value)))
+        q, k, v = project_qkv((self.q_proj, self.k_proj, self.v_proj), query, key, value)
         return split_heads(q, self.num_heads), split_heads(k, self.kv_heads), split_heads(v, self.kv_heads)
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):

@@ -8,11 +8,10 @@ Decoding caches the keys already rotated: a key's rotation depends on its own po
 """
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import cached_attention, masked_sdpa, merge_heads, split_heads
+from zoo.functional import cached_attention, masked_sdpa, merge_heads, project_qkv, split_heads
 from zoo.reference import linear, reference_mask, softmax_attention
 
 
@@ -54,13 +53,7 @@ class RotaryMultiHeadAttention(nn.Module):
         return cached[0][:length], cached[1][:length]
 
     def projections(self, query, key, value):
-        layers = (self.q_proj, self.k_proj, self.v_proj)
-        if query is key and key is value:  # self-attention: one matmul for the three projections
-            weight = torch.cat([layer.weight for layer in layers])
-            bias = None if self.q_proj.bias is None else torch.cat([layer.bias for layer in layers])
-            q, k, v = F.linear(query, weight, bias).chunk(3, dim=-1)
-        else:
-            q, k, v = (layer(x) for layer, x in zip(layers, (query, key, value)))
+        q, k, v = project_qkv((self.q_proj, self.k_proj, self.v_proj), query, key, value)
         return tuple(split_heads(x, self.num_heads) for x in (q, k, v))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):

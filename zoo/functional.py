@@ -52,6 +52,16 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     return x.view(batch, seq, num_heads, width // num_heads).transpose(1, 2)
 
 
+def project_qkv(layers, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The query, key and value ``nn.Linear`` layers applied to their inputs; for self-attention (one tensor for
+    all three) as one matmul over the concatenated weights, as nn.MultiheadAttention's packed projection does."""
+    if not (query is key and key is value):
+        return tuple(layer(x) for layer, x in zip(layers, (query, key, value)))
+    weight = torch.cat([layer.weight for layer in layers])
+    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
+    return F.linear(query, weight, bias).split([layer.out_features for layer in layers], dim=-1)
+
+
 def merge_heads(x: Tensor) -> Tensor:
     """(batch, heads, seq, d) -> (batch, seq, heads * d)."""
     batch, heads, seq, width = x.shape
