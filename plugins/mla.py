@@ -7,7 +7,8 @@ each token, ``c_t = x_t W_DKV`` (``kv_rank`` features), plus a decoupled rotary 
 The forward builds the per-head keys and values and runs torch's fused SDPA on heads ``d + rope_dim`` wide. Decoding
 caches only the latent and the rotary key (``kv_rank + rope_dim`` numbers per token, whatever the heads) and
 attends in the absorbed form: the key up-projection folded into the query (``q_nope W_UK^T`` scores the latent
-directly), the value up-projection applied after the weighted sum of latents.
+directly), the value up-projection applied after the weighted sum of latents; the explicit form over the same
+cache, which up-projects every cached latent at every step, is timed beside it as a decoder baseline.
 """
 
 import math
@@ -123,6 +124,25 @@ def decode(module, state, query, key, value, key_mask=None):
     return module.out_proj(merge_heads(out)), state
 
 
+def explicit_decode(module, state, query, key, value, key_mask=None):
+    """A decoder baseline, the explicit form over the same cache: every step up-projects the keys and values of
+    every cached latent per head (W_UK, W_UV), then attends over them as the forward does; the work the absorbed
+    form saves, growing with the context at every step."""
+    h, t = module.num_heads, query.shape[1]
+    start = state["latent"].shape[1] if "latent" in state else 0
+    nope, rope = module.queries(query, start)
+    latent, rotary = module.latents(key, start)
+    state, before = extend_cache(state, {"latent": latent, "rope": rotary}, key_mask, sequence_dim=1)
+    if t == 0:
+        return query.new_zeros(query.shape), state
+    latents, rotaries = state["latent"], state["rope"]
+    k = torch.cat([split_heads(module.k_up(latents), h), rotaries.unsqueeze(1).expand(-1, h, -1, -1)], dim=-1)
+    v = F.pad(split_heads(module.v_up(latents), h), (0, module.rope_dim))
+    allowed = cache_allowed(state, t, before, query.device)
+    out = sdpa_zeroing_empty_rows(torch.cat([nope, rope], dim=-1), k, v, allowed)
+    return module.out_proj(merge_heads(out[..., :nope.shape[-1]])), state
+
+
 def unpadded_values(module):
     """A baseline, MLA written plainly on torch SDPA: per-head keys [content, shared rotary] and values as they
     are (d wide under d + rope_dim wide queries and keys). The fastest form known here is the variant's own, which
@@ -180,5 +200,15 @@ def zoo_register_variants(register):
         best_known="unpadded-values",
         flops=flops,
         decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
-                            state_bytes=cache_bytes),
+                            state_bytes=cache_bytes, baselines={"explicit-latent": zoo.Decoder(
+                                prefill=lambda module, *inputs: explicit_decode(module, {}, *inputs),
+                                step=explicit_decode, growth="token", state_bytes=cache_bytes)}),
+        targets=(
+            zoo.Target("state-ratio", versus="mha-kv-cache", at_least=288 / 1024, at_most=288 / 1024, mode="causal",
+                       phase="decode", note="at its defaults a cache of the latent (256) and the rotary key (32) per "
+                                            "token: 288 numbers against multi-head's 2 x 512 keys and values"),
+            zoo.Target("decode-ratio", versus="explicit-latent", at_most=1.0, mode="causal", phase="decode",
+                       note="the absorbed decode faster than the explicit one over the same cache, at every timed "
+                            "context and batch"),
+        ),
     ))

@@ -66,6 +66,29 @@ def test_each_invalid_variant_field_is_refused_by_name(changes, message):
     assert message in str(caught.value)
 
 
+def _step(module, state, query, key, value, key_mask=None):
+    return query, state
+
+
+def _decoder(**fields):
+    return zoo.Decoder(**{"prefill": lambda module, *inputs: _step(module, {}, *inputs), "step": _step,
+                          "growth": "token", **fields})
+
+
+@pytest.mark.parametrize("baselines, message", [
+    ([_decoder()], "decoder.baselines must be a dict of label -> Decoder, got list"),
+    ({"": _decoder()}, "decoder.baselines label '' must be a non-empty string"),
+    ({"explicit": _step}, "decoder.baselines['explicit'] must be a zoo.Decoder without baselines of its own"),
+    ({"nested": _decoder(baselines={"inner": _decoder()})}, "without baselines of its own"),
+    ({"context": _decoder(context=True)}, "must decode as the variant's decoder does (context=False)"),
+    ({"broken": _decoder(growth="sometimes")}, "decoder.growth must be one of"),
+])
+def test_a_decoder_baseline_is_a_plain_decoder_of_the_same_kind_or_refused_by_name(baselines, message):
+    with pytest.raises(RegistrationError) as caught:
+        minimal_variant(decoder=_decoder(baselines=baselines)).validate()
+    assert message in str(caught.value) and "variant 'good'" in str(caught.value)
+
+
 @pytest.mark.parametrize("kind, text, message", [
     ("misread", "a line", "departure kind 'misread' is not one of convention, omission, substitution, extension"),
     ("omission", "two\nlines", "departure text must be one non-empty line"),

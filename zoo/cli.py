@@ -52,7 +52,9 @@ def _decoding_text(variant) -> str:
         return f"no: {why_not(variant)}"
     if variant.decoder.context:
         return "yes, over its context's keys and values (cached once, fixed while it decodes)"
-    return f"yes, {variant.decoder.growth} state ({GROWTHS[variant.decoder.growth]})"
+    others = ", ".join(variant.decoder.baselines)
+    return (f"yes, {variant.decoder.growth} state ({GROWTHS[variant.decoder.growth]})"
+            + (f"; timed against its other decodes: {others}" if others else ""))
 
 
 def _accuracy(variant) -> str:

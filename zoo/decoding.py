@@ -5,14 +5,16 @@ each returning what the variant's causal forward returns at those positions. The
 are the whole memory a sequence keeps between steps, so the harness counts it (:func:`counted_bytes`): a KV
 cache grows by one token's worth per step, a recurrent state stays the same size, a sliding window's cache stops
 growing at its window. ``growth`` declares which, and ``state_bytes`` may give the figure analytically; the
-correctness suite checks both, and the inference suite times the steps against the decode a user would write.
+correctness suite checks both, and the inference suite times the steps against the decode a user would write and
+against the plugin's own other decodes of the same function (``baselines``: MLA's explicit form beside its
+absorbed one, say).
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .contract import RegistrationError
 
@@ -53,6 +55,10 @@ class Decoder:
     ``context``: a cross-attention decoder, whose keys and values are a fixed context given whole to ``prefill``
     (key_mask: its padding); steps then carry the next query only (key and value None) and the outputs equal the
     forward without ``is_causal`` (queries are independent of each other).
+    ``baselines``: other decoders of the same function, by label (e.g. ``{"explicit-latent": Decoder(...)}``):
+    the correctness suite checks each against the forward as it checks this one, and the inference suite times
+    their steps in turns with this one's and the standard decode's, giving this decode's ratio to each (a target
+    can then ask ``Target("decode-ratio", versus=label, ...)``). Their states are not counted or judged.
     """
 
     prefill: Callable[..., tuple[Any, dict]]
@@ -60,6 +66,7 @@ class Decoder:
     growth: str
     state_bytes: Callable[..., float] | None = None
     context: bool = False
+    baselines: Mapping[str, "Decoder"] = field(default_factory=dict, hash=False)
 
     def validate(self, variant: str) -> None:
         """Refuse what the harness could not call or judge."""
@@ -71,6 +78,20 @@ class Decoder:
                                     f"got {self.growth!r}")
         if self.state_bytes is not None and not callable(self.state_bytes):
             raise RegistrationError(f"variant {variant!r}: decoder.state_bytes must be callable (or None)")
+        if not isinstance(self.baselines, Mapping):
+            raise RegistrationError(f"variant {variant!r}: decoder.baselines must be a dict of label -> Decoder, got "
+                                    f"{type(self.baselines).__name__}")
+        for label, other in self.baselines.items():
+            if not isinstance(label, str) or not label.strip():
+                raise RegistrationError(f"variant {variant!r}: decoder.baselines label {label!r} must be a non-empty "
+                                        "string")
+            if not isinstance(other, Decoder) or other.baselines:
+                raise RegistrationError(f"variant {variant!r}: decoder.baselines[{label!r}] must be a zoo.Decoder "
+                                        "without baselines of its own")
+            if other.context != self.context:
+                raise RegistrationError(f"variant {variant!r}: decoder.baselines[{label!r}] must decode as the "
+                                        f"variant's decoder does (context={self.context})")
+            other.validate(variant)
 
 
 def why_not(variant) -> str | None:

@@ -70,7 +70,8 @@ def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> 
     return v1 * (n / n1) ** slope
 
 
-def _out_of_memory(exc: BaseException) -> bool:
+def out_of_memory(exc: BaseException) -> bool:
+    """An allocation failed: the machine (or the worker's memory cap) cannot hold what was asked."""
     return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
         "can't allocate memory" in str(exc) or "out of memory" in str(exc)))
 
@@ -91,7 +92,7 @@ def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: It
             try:
                 counted[who].append((n, _counted(load)))
             except (MemoryError, RuntimeError) as exc:
-                if not _out_of_memory(exc):
+                if not out_of_memory(exc):
                     raise
                 failed[who] = (n, f"one call at n={n} ran out of memory while its cost was counted (the worker's "
                                   "memory cap)")

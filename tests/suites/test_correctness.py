@@ -579,6 +579,19 @@ def test_a_rotary_decoder_whose_steps_are_off_by_one_position_is_caught_and_the_
     assert right and all(r.status == PASSED for r in right), [r for r in right if r.status != PASSED]
 
 
+def test_a_decoder_baseline_is_checked_like_the_decoder_and_a_wrong_one_fails_under_its_label(registry):
+    right = decoder(sdpa_step)
+    good = run(registry, "decoding", make_variant(Attention, decoder=zoo.Decoder(
+        right.prefill, right.step, "token", cache_bytes, baselines={"same-again": decoder(sdpa_step)})))
+    assert {r.versus for r in good} == {"", "same-again"} and all(r.status == PASSED for r in good)
+    bad = run(registry, "decoding", make_variant(Attention, decoder=zoo.Decoder(
+        right.prefill, right.step, "token", cache_bytes, baselines={"evicting": decoder(drops_oldest)})))
+    failed = [r for r in bad if r.status == FAILED]
+    assert failed and {r.versus for r in failed} == {"evicting"}
+    assert all("decoder baseline 'evicting'" in r.detail and "first wrong position" in r.detail for r in failed)
+    assert all(r.status == PASSED for r in bad if not r.versus)
+
+
 @pytest.mark.parametrize("name", ["drops_oldest", "shared_by_rows"])
 def test_a_wrong_cache_is_caught_by_the_decode_check_naming_where(registry, name):
     step = {"drops_oldest": drops_oldest, "shared_by_rows": shared_by_rows}[name]

@@ -141,3 +141,49 @@ def test_a_step_counts_the_buffers_it_reads_and_not_the_weights_it_leaves_alone(
     module = zoo.build(cross, d_model=SETTINGS.d_model, num_heads=SETTINGS.heads)
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
     assert state < read < state + weights  # the context's projections ran in the prefill, not in a step
+
+
+def test_a_decoder_baseline_is_timed_in_turns_and_its_ratio_survives_combining_and_reaches_the_board(registry, tmp_path):
+    from zoo import leaderboard
+    from zoo.store import Store
+
+    variant = registry.variant("mla")
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64,))
+    processes = [list(run_inference(variant, profile)) for _ in range(2)]
+    for rows in (processes[0], combine(variant, profile, processes)):
+        assert {r.versus for r in rows if r.check == "decode-ratio"} == {MHA_CACHE, "explicit-latent"}
+        mine, explicit = ([r for r in rows if r.check == "decode-time" and r.versus == who] for who in ("", "explicit-latent"))
+        [ratio] = [r for r in rows if r.check == "decode-ratio" and r.versus == "explicit-latent"]
+        assert len(mine) == len(explicit) == 1 and ratio.samples == [a / b for a, b in zip(mine[0].samples,
+                                                                                           explicit[0].samples)]
+        assert {r.versus for r in rows if r.check == "step-bytes"} == {"", MHA_CACHE, "explicit-latent"}
+    assert len(ratio.samples) == 2 * SETTINGS.steps  # both processes' turns
+    store = Store(tmp_path / "results.sqlite")
+    run_id = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    store.record_job(run_id, "mla", "inference", "done", 1.0, {"card": variant.card()},
+                     [r.as_dict() for r in combine(variant, profile, processes)])
+    leaderboard.render(store, run_id, tmp_path)
+    section = (tmp_path / "README.md").read_text().split("## Inference", 1)[1]
+    table = section[section.index("Against the plugin's own other decodes"):]
+    assert "| mla " in table and "explicit-latent" in table and "context 64" in table
+
+
+def test_a_prefill_that_runs_out_of_memory_leaves_its_cell_untimed_and_any_other_failure_is_an_error(registry):
+    import dataclasses
+
+    variant = registry.variant("dot-product")
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
+
+    def failing(error):
+        def prefill(module, query, key, value, key_mask=None):
+            if query.shape[1] > 64:
+                raise error
+            return variant.decoder.prefill(module, query, key, value, key_mask)
+        return dataclasses.replace(variant, decoder=dataclasses.replace(variant.decoder, prefill=prefill))
+
+    for error, status in ((RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"),
+                           SKIPPED), (RuntimeError("a bug"), "error")):
+        rows = list(run_inference(failing(error), profile))
+        [cell] = [r for r in rows if r.check == "decode-time" and r.n == 128 and not r.versus]
+        assert cell.status == status and ("ran out of memory" in cell.detail) == (status == SKIPPED), cell
+        assert [r for r in rows if r.check == "decode-time" and r.n == 64 and r.status == MEASURED]

@@ -64,8 +64,8 @@ def _verdict(check: str, case: Case, errors: list[tuple[float, int]], tolerance:
 def _reference_errors(variant, case: Case, seeds, dtype, device: str = "cpu", require_finite: bool = True,
                       plain: dict | None = None):
     """(relative error vs the float64 reference, seed) per seed; the reference runs on a CPU copy. Given ``plain``,
-    it gets each seed's error of the reference's own code run as plain torch in ``dtype`` (None where that cannot
-    run there or is not finite)."""
+    it gets each seed's error of the reference's own code run as plain torch in ``dtype`` and, where that could
+    not run there or was not finite, None and why."""
     errors = []
     for seed in seeds:
         module, (q, k, v, mask) = _setup(variant, case, seed, dtype, device=device)
@@ -78,21 +78,22 @@ def _reference_errors(variant, case: Case, seeds, dtype, device: str = "cpu", re
             mask = None if mask is None else mask.cpu()
             expected = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
             if plain is not None:
-                plain_out = _plain_reference(variant, module, case, q, k, v, mask)
-                plain[seed] = None if plain_out is None else relative_error(plain_out, expected)
+                plain_out, why = _plain_reference(variant, module, case, q, k, v, mask)
+                plain[seed] = (None, why) if plain_out is None else (relative_error(plain_out, expected), "")
         errors.append((relative_error(out.cpu(), expected), seed))
     return errors
 
 
 def _plain_reference(variant, module, case: Case, q, k, v, mask):
-    """The reference computed as plain torch in the inputs' precision, or None where it cannot run there (an op
-    torch lacks in that dtype) or gives non-finite values."""
+    """The reference computed as plain torch in the inputs' precision, or why it cannot be (an op torch lacks in
+    that dtype, non-finite values): ``(output, "")`` or ``(None, reason)``. The check then holds the variant to the
+    epsilon floor alone, the stricter bound, so a reference that breaks here can only make the check harder."""
     try:
         with reference.plain_precision(q.dtype):
             out = variant.reference(module, q, k, v, attn_mask=mask, is_causal=case.causal)
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None
-    return out if torch.isfinite(out).all() else None
+    except (RuntimeError, NotImplementedError, TypeError) as error:
+        return None, describe_exception(error)
+    return (out, "") if torch.isfinite(out).all() else (None, "non-finite output")
 
 
 def check_reference(dtype, tolerance):
@@ -115,24 +116,31 @@ def check_low_precision(variant, profile):
     """bf16 and fp16 runs on the profile's device against the float64 reference of the same weights, each seed's
     error within 4 machine epsilons or twice that of the reference's own math run as plain torch in that dtype
     (FlashAttention's rule: a recurrence or a chain of normalisations in bf16 rounds more than one softmax)."""
+    seeds = _seeds(profile, 13)
     for dtype in LOW_PRECISION:
         name, floor = str(dtype).removeprefix("torch."), LOW_PRECISION_EPSILONS * torch.finfo(dtype).eps
         for case in cases_for(variant):
-            seeds = _seeds(profile, 13)
             plain = {}
             errors = _reference_errors(variant, case, seeds, dtype, profile.device, require_finite=False, plain=plain)
-            allowed = {seed: max(floor, PLAIN_TORCH_FACTOR * (plain[seed] or 0.0)) for seed in seeds}
             error_at = {seed: error for error, seed in errors}
-            ratio, seed = max((math.inf if math.isnan(error) else error / allowed[seed], seed) for error, seed in errors)
-            ok = ratio <= 1
-            plain_text = "could not run" if plain[seed] is None else f"{plain[seed]:.3g}"
+            allowed = {seed: floor if plain[seed][0] is None else max(floor, PLAIN_TORCH_FACTOR * plain[seed][0])
+                       for seed in seeds}
+            seed = max(seeds, key=lambda s: _nan_as_worst(error_at[s]) / allowed[s])  # furthest past its own bound
+            ok = error_at[seed] <= allowed[seed]  # False for NaN
+            plain_error, why = plain[seed]
+            plain_text = f"(could not run: {why})" if plain_error is None else f"{plain_error:.3g}"
             detail = (f"relative error vs float64 reference {error_at[seed]:.3g} {'<=' if ok else '>'} "
                       f"{allowed[seed]:.3g} (the larger of {LOW_PRECISION_EPSILONS} epsilons, {floor:g}, and "
                       f"{PLAIN_TORCH_FACTOR} x plain torch's {plain_text} in {name}) at seed {seed}")
-            worst = max(error_at.values(), key=lambda error: math.inf if math.isnan(error) else error)
             yield Result("reference-low-precision", PASSED if ok else FAILED,
-                         f"{case.describe()} {name} on {profile.device}", worst, "rel. error", detail,
+                         f"{case.describe()} {name} on {profile.device}", max(error_at.values(), key=_nan_as_worst),
+                         "rel. error", detail,
                          params={**case.params(), "dtype": name})
+
+
+def _nan_as_worst(error: float) -> float:
+    """A NaN error (non-finite output) is the worst error there is."""
+    return math.inf if math.isnan(error) else error
 
 
 def check_baselines(variant, profile):
@@ -623,28 +631,38 @@ def _not_decoding(check: str, variant) -> Result | None:
 def check_decoding(variant, profile):
     """A prefill of p positions then one step per position equals the causal forward (a context decoder: the forward
     over its context), for p in {0, 1, n/2, n - 1}, without and (where the variant takes masks) with a key-padding
-    mask that leaves a sequence's first queries nothing to attend to, three sequences at once."""
+    mask that leaves a sequence's first queries nothing to attend to, three sequences at once; the same for each of
+    the decoder's baselines (rows with ``versus`` its label)."""
     skipped = _not_decoding("decoding", variant)
     if skipped:
         yield skipped
         return
+    decoders = {"": variant.decoder, **variant.decoder.baselines}
     for mask in [None, "padding"] if variant.tags.accepts_attn_mask else [None]:
         for seed in _seeds(profile, 11):
             case, module, (q, k, v), key_mask, expected = _decode_setup(variant, mask, seed)
-            for prefill in sorted({0, 1, DECODE_LENGTH // 2, DECODE_LENGTH - 1}):
-                with torch.no_grad():
-                    decoded, _ = decoding.decode(variant.decoder, module, q, k, v, key_mask, prefill)
-                error = relative_error(decoded, expected) if decoded.shape == expected.shape else float("inf")
-                ok = error <= FLOAT64_TOLERANCE
-                wrong = ((decoded - expected).abs().amax(dim=(0, 2)) > FLOAT64_TOLERANCE * expected.abs().max()
-                         if decoded.shape == expected.shape else None)
-                where = ("" if ok else f"; first wrong position {int(wrong.nonzero()[0])} (0-based; steps start at "
-                         f"{prefill})" if wrong is not None and wrong.any() else f"; output {tuple(decoded.shape)}, "
-                         f"forward {tuple(expected.shape)}" if wrong is None else "")
-                yield Result("decoding", PASSED if ok else FAILED, f"{case.describe()} prefill={prefill}", error,
-                             "rel. error", "" if ok else f"decoded outputs differ from the "
-                             f"{'forward' if variant.decoder.context else 'causal forward'} by {error:.3g} > "
-                             f"{FLOAT64_TOLERANCE:g} at seed {seed}{where}", params={**case.params(), "prefill": prefill})
+            for versus, decoder in decoders.items():
+                for prefill in sorted({0, 1, DECODE_LENGTH // 2, DECODE_LENGTH - 1}):
+                    with torch.no_grad():
+                        decoded, _ = decoding.decode(decoder, module, q, k, v, key_mask, prefill)
+                    yield _decoded_verdict(variant, case, seed, prefill, decoded, expected, versus)
+
+
+def _decoded_verdict(variant, case, seed, prefill, decoded, expected, versus) -> Result:
+    """A decode's outputs against the forward's, and where they first went wrong."""
+    error = relative_error(decoded, expected) if decoded.shape == expected.shape else float("inf")
+    ok = error <= FLOAT64_TOLERANCE
+    wrong = ((decoded - expected).abs().amax(dim=(0, 2)) > FLOAT64_TOLERANCE * expected.abs().max()
+             if decoded.shape == expected.shape else None)
+    where = ("" if ok else f"; first wrong position {int(wrong.nonzero()[0])} (0-based; steps start at "
+             f"{prefill})" if wrong is not None and wrong.any() else f"; output {tuple(decoded.shape)}, "
+             f"forward {tuple(expected.shape)}" if wrong is None else "")
+    who = f"the outputs of its decoder baseline {versus!r}" if versus else "decoded outputs"
+    return Result("decoding", PASSED if ok else FAILED, f"{case.describe()} prefill={prefill}", error,
+                  "rel. error", "" if ok else f"{who} differ from the "
+                  f"{'forward' if variant.decoder.context else 'causal forward'} by {error:.3g} > "
+                  f"{FLOAT64_TOLERANCE:g} at seed {seed}{where}", versus=versus,
+                  params={**case.params(), "prefill": prefill})
 
 
 def _growth_problem(growth: str, counted: list[int]) -> str | None:

@@ -30,7 +30,7 @@ from zoo.board import Footnotes, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.environment import run_shared
 from zoo.measure import bytes_read, count_flops
-from zoo.plan import extrapolate
+from zoo.plan import extrapolate, out_of_memory
 from zoo.timing import figure
 
 SUITE = "inference"
@@ -206,19 +206,16 @@ def _cell(variant, settings, profile, batch: int, context: int):
     tokens = [torch.randn(batch, 1, settings.d_model, generator=generator).to(device, dtype) for _ in range(steps)]
     with torch.no_grad():
         started = synchronized_clock()
-        _, state = decoder.prefill(module, prompt[:, :0] if decoder.context else prompt, prompt, prompt, None)
+        state = _prefill(decoder, module, prompt)
         prefill_seconds = synchronized_clock() - started
         standard.fill(prompt, prompt)
-        holder = [state]
-
-        def mine(token):
-            _, holder[0] = (decoder.step(module, holder[0], token, None, None, None) if decoder.context else
-                            decoder.step(module, holder[0], token, token, token, None))
 
         def theirs(token):
             standard.step(token, token, token, decoder.context)
 
-        calls = {variant.name: mine, STANDARD[variant.kind]: theirs}
+        calls = {variant.name: _stepper(decoder, module, state), STANDARD[variant.kind]: theirs}
+        for label, other in decoder.baselines.items():  # the plugin's other decodes, each from its own prefill
+            calls[label] = _stepper(other, module, _prefill(other, module, prompt.clone()))
         state_bytes = {variant.name: decoding.counted_bytes(state), STANDARD[variant.kind]: standard.state_bytes()}
         allocated = decoding.allocated_bytes(state)
         for call in calls.values():
@@ -234,6 +231,23 @@ def _cell(variant, settings, profile, batch: int, context: int):
                 calls[who](token)
                 samples[who].append(synchronized_clock() - started)
     return dict(samples=samples, prefill=prefill_seconds, state=state_bytes, allocated=allocated, read=counted)
+
+
+def _prefill(decoder, module, prompt) -> dict:
+    """The state a decoder's prefill of the prompt leaves (a context decoder: the prompt is its context)."""
+    _, state = decoder.prefill(module, prompt[:, :0] if decoder.context else prompt, prompt, prompt, None)
+    return state
+
+
+def _stepper(decoder, module, state):
+    """One generated token per call, each advancing the state the last call left."""
+    holder = [state]
+
+    def step(token):
+        _, holder[0] = (decoder.step(module, holder[0], token, None, None, None) if decoder.context else
+                        decoder.step(module, holder[0], token, token, token, None))
+
+    return step
 
 
 def run_inference(variant, profile):
@@ -259,8 +273,12 @@ def run_inference(variant, profile):
                 continue
             try:
                 cell = _cell(variant, settings, profile, batch, context)
-            except Exception as exc:  # one cell failing (out of memory, say) costs that cell
-                yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
+            except Exception as exc:  # one cell failing costs that cell
+                if out_of_memory(exc):  # a prompt too large for this machine, as the plan's caps leave out: not timed
+                    yield Result("decode-time", SKIPPED, setting, detail=f"not timed: its prefill ran out of memory "
+                                 f"here ({describe_exception(exc)})", **tag)
+                else:
+                    yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
                 continue
             states = list(_state_rows(variant, setting, tag, cell))
             timed_here += states
@@ -302,9 +320,7 @@ def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[flo
     turns, the spread between processes, and the rate the bytes a step reads (``read``, counted) are read at
     against the read bandwidth."""
     bandwidth = statistics.median(bandwidths)
-    standard = STANDARD[variant.kind]
-    for who in (variant.name, standard):
-        times = per_process[who]
+    for who, times in per_process.items():  # the variant's decode, the standard one, the plugin's other decodes
         versus = "" if who == variant.name else who
         timed = figure([times[p] for p in sorted(times)])
         yield Result("decode-time", MEASURED, setting, timed.value, "s", f"per generated token: median of "
@@ -318,12 +334,15 @@ def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[flo
         yield Result("decode-tokens-per-s", MEASURED, setting, tag["batch"] * len(timed.samples) / sum(timed.samples),
                      "tokens/s", "generated tokens (every sequence of the batch) over the timed steps' total time",
                      versus=versus, **tag)
-    mine, theirs = per_process[variant.name], per_process[standard]
-    both = sorted(set(mine) & set(theirs))
-    ratio = figure([[a / b for a, b in zip(mine[p], theirs[p])] for p in both])
-    yield Result("decode-ratio", MEASURED, setting, ratio.value, "ratio", f"time per token / {standard}'s, median of "
-                 f"per-turn ratios; IQR {ratio.iqr:.3g}", samples=ratio.samples, low=ratio.low, high=ratio.high,
-                 versus=standard, **tag)
+    mine = per_process[variant.name]
+    for versus, theirs in per_process.items():
+        both = sorted(set(mine) & set(theirs))
+        if versus == variant.name or not both:
+            continue
+        ratio = figure([[a / b for a, b in zip(mine[p], theirs[p])] for p in both])
+        yield Result("decode-ratio", MEASURED, setting, ratio.value, "ratio", f"time per token / {versus}'s, median "
+                     f"of per-turn ratios; IQR {ratio.iqr:.3g}", samples=ratio.samples, low=ratio.low,
+                     high=ratio.high, versus=versus, **tag)
 
 
 def _growth_rows(variant, batch, mode, rows):
@@ -614,6 +633,13 @@ def section(board) -> zoo.Section:
     ]
     tables = [zoo.Table("State each sequence keeps", [], states),
               zoo.Table("Time per generated token", [], times, footnotes=notes.reasons)]
+    others = _other_decodes(board, contexts)
+    if others:
+        tables.append(zoo.Table("Against the plugin's own other decodes", [], others, note=[
+            "Time per generated token of the variant's decode / that of another decode of the same function its "
+            "plugin declares (a decoder baseline, checked against the forward by the correctness suite), median of "
+            "per-turn ratios, the two taking turns step by step in the same cells as above; *varies*: the ratio's "
+            "interval is wider than the run's threshold."]))
     if absent:
         tables.append(zoo.Table("Variants that do not decode", [], absent))
     plots = {}
@@ -626,6 +652,22 @@ def section(board) -> zoo.Section:
         if plot:
             plots[plot[0]] = plot[1]
     return zoo.Section("Inference", text, tables, plots)
+
+
+def _other_decodes(board, contexts) -> list[dict]:
+    """Each variant's time per token against each decoder baseline its plugin declares, per batch and context."""
+    rows = board.rows(SUITE)
+    ratios = rows[(rows.check == "decode-ratio") & ~rows.versus.isin(["", *STANDARD.values()])]
+    table = []
+    for (variant, versus, batch), _ in ratios.groupby(["variant", "versus", "batch"], sort=True):
+        mode = mode_of_card(board, variant)
+        row = {"variant": variant, "versus": versus, "batch": int(batch)}
+        for n in contexts:
+            x = board.value(variant, "decode-ratio", mode, DECODE, n, versus=versus, batch=batch)
+            row[f"context {n}"] = "-" if x is None else fmt_x(x) + (
+                " varies" if _varies(board, variant, "decode-ratio", n, batch, versus) else "")
+        table.append(row)
+    return table
 
 
 def settle(settings: dict) -> dict:
@@ -644,8 +686,9 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("state-ratio", "the variant's state / the standard KV cache's (versus)", "ratio"),
         zoo.Measure("prefill-time", "one prefill of the prompt: its outputs and the state it leaves", "s"),
         zoo.Measure("decode-time", "time per generated token, median over the rounds of steps of every process (versus: the "
-                    "standard decode's, in turns with it)", "s"),
-        zoo.Measure("decode-ratio", "time per token / the standard decode's, median of per-turn ratios", "ratio"),
+                    "standard decode's or a decoder baseline's, in turns with it)", "s"),
+        zoo.Measure("decode-ratio", "time per token / that of the decode in versus (the standard one, or a decoder "
+                    "baseline of the plugin's), median of per-turn ratios", "ratio"),
         zoo.Measure("decode-between", "spread of the processes' medians of the time per token", "(max-min)/median"),
         zoo.Measure("step-bytes", "the bytes one step reads, counted: every tensor its ops read, each once", "bytes"),
         zoo.Measure("state-allocated", "the storage behind the state's tensors, room to grow included", "bytes"),
