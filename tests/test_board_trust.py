@@ -280,6 +280,27 @@ def test_a_run_that_changes_one_suites_settings_keeps_the_other_suites_earlier_r
     assert set(csv.run_id) == {third} and set(csv.suite) == {"complexity"}
 
 
+def test_a_run_of_one_suite_keeps_the_boards_settings_of_the_suites_it_does_not_measure(tmp_path):
+    """The long board's case: complexity measured with its own lengths, then correctness alone without them. The
+    second run takes the folder's complexity settings (they change nothing it measures), so the board keeps the
+    complexity rows; a run that measures complexity with other lengths replaces them as before."""
+    import zoo
+    from zoo.store import Store
+
+    lengths = {"complexity": {"lengths": (32, 64, 128)}}
+    first = zoo.run(["dot-product"], suites=["complexity"], profile="smoke", out=tmp_path,
+                    suite_settings=lengths).attrs["run_id"]
+    second = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path).attrs["run_id"]
+    stored = Store(tmp_path / "results.sqlite", readonly=True).settings(second)
+    assert stored["suites"]["complexity"]["lengths"] == [32, 64, 128]
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert set(csv[csv.suite == "complexity"].run_id) == {first} and set(csv[csv.suite == "correctness"].run_id) == {second}
+    third = zoo.run(["dot-product"], suites=["complexity"], profile="smoke", out=tmp_path).attrs["run_id"]
+    stored = Store(tmp_path / "results.sqlite", readonly=True).settings(third)
+    assert stored["suites"]["complexity"]["lengths"] != [32, 64, 128]  # a suite it measures: its own settings
+    assert set(pd.read_csv(tmp_path / "results.csv").query("suite == 'complexity'").run_id) == {third}
+
+
 def _refresh_command(readme: str, variant: str) -> list[str]:
     """The command the board gives for ``variant``'s rows of an older source, as words."""
     import shlex

@@ -84,6 +84,8 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     run_id = _run_to_resume(store, retry_errors, folder) if resume else None
     if run_id is not None:
         settings = Profile.from_dict(store.settings(run_id), registry.suites)  # a resumed run keeps its own
+    else:
+        settings = _board_settings_kept(store, settings, chosen, registry)
     run_options = _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, address)
     _check_device_available(settings.device, executor, address)
     run_id = run_id or _start(store, settings, command)
@@ -95,6 +97,34 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     # execute, then report: the board and the export of every kept run, as a whole
     _execute(registry, store, run_id, todo, _executor(executor, run_options), settings, progress)
     return _report(store, run_id, folder, registry, warn)
+
+
+def _board_settings_kept(store, settings, chosen: list[str], registry):
+    """``settings`` with, for each suite this run does not measure, that suite's settings in the latest run of the
+    folder with the same run-wide settings that measured it. A board shows a suite's rows from the runs with its
+    own run's settings of that suite, and those settings change nothing a run that skips the suite measures: so
+    a run of one suite into a board folder (the long board's inference, run without its speed suite's
+    ``--lengths``) keeps the board's other sections instead of emptying them."""
+    import dataclasses
+    import json
+
+    from .profiles import Profile
+
+    def run_wide(profile) -> str:
+        return json.dumps({k: v for k, v in profile.as_dict().items() if k != "suites"}, sort_keys=True, default=str)
+
+    wide, kept = run_wide(settings), {}
+    for run in reversed(list(store.runs().run_id)):
+        try:
+            earlier = Profile.from_dict(store.settings(run), registry.suites)
+        except (TypeError, ValueError, KeyError):  # a run stored in a form this zoo cannot read
+            continue
+        if run_wide(earlier) != wide:
+            continue
+        for suite in set(store.jobs(run).suite) - set(chosen) - set(kept):
+            if suite in earlier.suites and suite in settings.suites:
+                kept[suite] = dict(earlier.suites[suite])
+    return dataclasses.replace(settings, suites={**settings.suites, **kept}) if kept else settings
 
 
 def _refuse_new_settings(given: dict) -> None:
