@@ -295,6 +295,9 @@ def test_a_run_of_one_suite_keeps_the_boards_settings_of_the_suites_it_does_not_
     assert stored["suites"]["complexity"]["lengths"] == [32, 64, 128]
     csv = pd.read_csv(tmp_path / "results.csv")
     assert set(csv[csv.suite == "complexity"].run_id) == {first} and set(csv[csv.suite == "correctness"].run_id) == {second}
+    other = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path, threads=2).attrs["run_id"]
+    stored = Store(tmp_path / "results.sqlite", readonly=True).settings(other)
+    assert stored["suites"]["complexity"]["lengths"] != [32, 64, 128]  # other run-wide settings: nothing borrowed
     third = zoo.run(["dot-product"], suites=["complexity"], profile="smoke", out=tmp_path).attrs["run_id"]
     stored = Store(tmp_path / "results.sqlite", readonly=True).settings(third)
     assert stored["suites"]["complexity"]["lengths"] != [32, 64, 128]  # a suite it measures: its own settings

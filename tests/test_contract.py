@@ -82,6 +82,8 @@ def _decoder(**fields):
     ({"nested": _decoder(baselines={"inner": _decoder()})}, "without baselines of its own"),
     ({"context": _decoder(context=True)}, "must decode as the variant's decoder does (context=False)"),
     ({"broken": _decoder(growth="sometimes")}, "decoder.growth must be one of"),
+    ({"mha-kv-cache": _decoder()}, "decoder.baselines label 'mha-kv-cache' is taken"),
+    ({"good": _decoder()}, "decoder.baselines label 'good' is taken"),
 ])
 def test_a_decoder_baseline_is_a_plain_decoder_of_the_same_kind_or_refused_by_name(baselines, message):
     with pytest.raises(RegistrationError) as caught:

@@ -50,11 +50,11 @@ def _decoding_text(variant) -> str:
     """How ``zoo show`` says a variant decodes: its state's growth, its fixed context, or why it does not."""
     if variant.decoder is None:
         return f"no: {why_not(variant)}"
-    if variant.decoder.context:
-        return "yes, over its context's keys and values (cached once, fixed while it decodes)"
     others = ", ".join(variant.decoder.baselines)
-    return (f"yes, {variant.decoder.growth} state ({GROWTHS[variant.decoder.growth]})"
-            + (f"; timed against its other decodes: {others}" if others else ""))
+    others = f"; timed against its other decodes: {others}" if others else ""
+    if variant.decoder.context:
+        return "yes, over its context's keys and values (cached once, fixed while it decodes)" + others
+    return f"yes, {variant.decoder.growth} state ({GROWTHS[variant.decoder.growth]})" + others
 
 
 def _accuracy(variant) -> str:

@@ -21,6 +21,10 @@ from .contract import RegistrationError
 if TYPE_CHECKING:
     import torch
 
+STANDARD_DECODES = {"core": "sdpa-kv-cache", "layer": "mha-kv-cache"}
+"""The decode each kind of variant is timed against (what a user would write for the same shapes), by the labels
+its rows carry in ``versus``: no decoder baseline may take one."""
+
 GROWTHS = {
     "token": "grows with the context without bound, by a token's worth per step (a KV cache) or by whole blocks "
              "in a repeating pattern (a cache that compresses complete blocks)",
@@ -85,6 +89,10 @@ class Decoder:
             if not isinstance(label, str) or not label.strip():
                 raise RegistrationError(f"variant {variant!r}: decoder.baselines label {label!r} must be a non-empty "
                                         "string")
+            if label == variant or label in STANDARD_DECODES.values():
+                raise RegistrationError(f"variant {variant!r}: decoder.baselines label {label!r} is taken (the "
+                                        "variant's own name and the standard decodes' labels, "
+                                        f"{', '.join(STANDARD_DECODES.values())}, name their rows)")
             if not isinstance(other, Decoder) or other.baselines:
                 raise RegistrationError(f"variant {variant!r}: decoder.baselines[{label!r}] must be a zoo.Decoder "
                                         "without baselines of its own")

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
+from zoo.board import fmt_x
 from zoo.checks import MEASURED, SKIPPED
 from zoo.profiles import get_profile
 from zoo.suites.inference import MHA_CACHE, SDPA_CACHE, StandardDecode, combine, run_inference
@@ -165,7 +166,33 @@ def test_a_decoder_baseline_is_timed_in_turns_and_its_ratio_survives_combining_a
     leaderboard.render(store, run_id, tmp_path)
     section = (tmp_path / "README.md").read_text().split("## Inference", 1)[1]
     table = section[section.index("Against the plugin's own other decodes"):]
-    assert "| mla " in table and "explicit-latent" in table and "context 64" in table
+    [combined] = [r for r in combine(variant, profile, processes) if r.check == "decode-ratio"
+                  and r.versus == "explicit-latent"]
+    assert "| mla " in table and "explicit-latent" in table and f"| {fmt_x(combined.value)}" in table
+
+    only_later = [[r for r in processes[0] if r.versus != "explicit-latent"], processes[1]]
+    rows = combine(variant, profile, only_later)  # the first process's callables are the cell's
+    assert not [r for r in rows if r.versus == "explicit-latent" and r.check in ("decode-time", "decode-ratio")]
+    assert [r for r in rows if r.check == "decode-ratio" and r.versus == MHA_CACHE]
+
+
+def test_a_decoder_baseline_whose_prefill_fails_costs_its_own_figures_and_not_the_variants_cell(registry):
+    import dataclasses
+
+    variant = registry.variant("mla")
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64,))
+    explicit = variant.decoder.baselines["explicit-latent"]
+
+    def out_of_memory(module, *inputs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+
+    broken = dataclasses.replace(variant, decoder=dataclasses.replace(
+        variant.decoder, baselines={"explicit-latent": dataclasses.replace(explicit, prefill=out_of_memory)}))
+    rows = list(run_inference(broken, profile))
+    [skipped] = [r for r in rows if r.versus == "explicit-latent" and r.check == "decode-time"]
+    assert skipped.status == SKIPPED and "decoder baseline 'explicit-latent'" in skipped.detail
+    assert [r for r in rows if r.check == "decode-ratio" and r.versus == MHA_CACHE and r.status == MEASURED]
+    assert not [r for r in rows if r.status == "error"]
 
 
 def test_a_prefill_that_runs_out_of_memory_leaves_its_cell_untimed_and_any_other_failure_is_an_error(registry):

@@ -34,9 +34,9 @@ from zoo.plan import extrapolate, out_of_memory
 from zoo.timing import figure
 
 SUITE = "inference"
-SDPA_CACHE, MHA_CACHE = "sdpa-kv-cache", "mha-kv-cache"
-STANDARD = {"core": SDPA_CACHE, "layer": MHA_CACHE}
+STANDARD = decoding.STANDARD_DECODES
 """The decode each kind of variant is compared with: what a user would write for the same shapes."""
+SDPA_CACHE, MHA_CACHE = STANDARD["core"], STANDARD["layer"]
 STANDARD_LABELS = {SDPA_CACHE: "torch SDPA over a preallocated KV cache",
                    MHA_CACHE: "nn.MultiheadAttention's projections and torch SDPA over a preallocated KV cache"}
 DECODE, PREFILL = "decode", "prefill"  # the rows' phase: a generated token's step, or the prompt's prefill
@@ -206,7 +206,12 @@ def _cell(variant, settings, profile, batch: int, context: int):
     tokens = [torch.randn(batch, 1, settings.d_model, generator=generator).to(device, dtype) for _ in range(steps)]
     with torch.no_grad():
         started = synchronized_clock()
-        state = _prefill(decoder, module, prompt)
+        try:
+            state = _prefill(decoder, module, prompt)
+        except Exception as exc:
+            if out_of_memory(exc):
+                raise PromptTooLarge(describe_exception(exc)) from exc
+            raise
         prefill_seconds = synchronized_clock() - started
         standard.fill(prompt, prompt)
 
@@ -214,8 +219,12 @@ def _cell(variant, settings, profile, batch: int, context: int):
             standard.step(token, token, token, decoder.context)
 
         calls = {variant.name: _stepper(decoder, module, state), STANDARD[variant.kind]: theirs}
+        dropped = {}
         for label, other in decoder.baselines.items():  # the plugin's other decodes, each from its own prefill
-            calls[label] = _stepper(other, module, _prefill(other, module, prompt.clone()))
+            try:
+                calls[label] = _stepper(other, module, _prefill(other, module, prompt.clone()))
+            except Exception as exc:  # a baseline that fails costs its own figures, not the variant's cell
+                dropped[label] = exc
         state_bytes = {variant.name: decoding.counted_bytes(state), STANDARD[variant.kind]: standard.state_bytes()}
         allocated = decoding.allocated_bytes(state)
         for call in calls.values():
@@ -230,7 +239,12 @@ def _cell(variant, settings, profile, batch: int, context: int):
                 started = synchronized_clock()
                 calls[who](token)
                 samples[who].append(synchronized_clock() - started)
-    return dict(samples=samples, prefill=prefill_seconds, state=state_bytes, allocated=allocated, read=counted)
+    return dict(samples=samples, prefill=prefill_seconds, state=state_bytes, allocated=allocated, read=counted,
+                dropped=dropped)
+
+
+class PromptTooLarge(Exception):
+    """The variant's prefill of a cell's prompt ran out of memory: the cell does not fit this machine."""
 
 
 def _prefill(decoder, module, prompt) -> dict:
@@ -273,13 +287,17 @@ def run_inference(variant, profile):
                 continue
             try:
                 cell = _cell(variant, settings, profile, batch, context)
-            except Exception as exc:  # one cell failing costs that cell
-                if out_of_memory(exc):  # a prompt too large for this machine, as the plan's caps leave out: not timed
-                    yield Result("decode-time", SKIPPED, setting, detail=f"not timed: its prefill ran out of memory "
-                                 f"here ({describe_exception(exc)})", **tag)
-                else:
-                    yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
+            except PromptTooLarge as exc:  # as the plan's caps leave a cell out, but found by trying: not timed
+                yield Result("decode-time", SKIPPED, setting, detail=f"not timed: its prefill ran out of memory "
+                             f"here ({exc})", **tag)
                 continue
+            except Exception as exc:  # one cell failing costs that cell
+                yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
+                continue
+            for label, exc in cell["dropped"].items():
+                yield Result("decode-time", SKIPPED if out_of_memory(exc) else ERROR, setting, detail=f"decoder "
+                             f"baseline {label!r} not timed: its prefill failed ({describe_exception(exc)})",
+                             versus=label, **tag)
             states = list(_state_rows(variant, setting, tag, cell))
             timed_here += states
             yield from states
@@ -418,6 +436,7 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
             continue
         setting, tag = f"batch={batch} context={context}", dict(n=context, mode=mode_of(variant), phase=DECODE,
                                                                  batch=batch)
+        per_process = {who: runs for who, runs in per_process.items() if (batch, context, who) in read}  # the first's
         timed.setdefault(batch, []).extend(_timed_rows(
             variant, setting, tag, per_process, {who: read[(batch, context, who)] for who in per_process},
             bandwidths or [float("nan")]))
@@ -477,7 +496,7 @@ def _batches(board) -> list[int]:
 
 def _why_not_timed(board, variant, n, batch) -> str:
     rows = board.rows(SUITE, variant)
-    here = rows[(rows.check == "decode-time") & rows.status.isin([SKIPPED, ERROR])]
+    here = rows[(rows.check == "decode-time") & (rows.versus == "") & rows.status.isin([SKIPPED, ERROR])]
     cell = here[(here.n == n) & (here.batch == batch)]
     if not cell.empty:
         return cell.detail.iloc[0]
