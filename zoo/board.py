@@ -32,7 +32,7 @@ from tabulate import tabulate
 
 from .checks import PASSED
 from .contract import BEST_KNOWN_SLACK, Tags
-from .environment import COMPARABLE_ENVIRONMENT
+from .environment import machine_kind
 from .store import Store
 from .suite import RankFigure, Suite, implicit_suite, upgrade_rows
 
@@ -168,7 +168,7 @@ def board_group(store: Store, run: str) -> tuple:
     (:meth:`zoo.Profile.from_dict`), not as stored: a run stored before settings were nested under their suites
     shares a board with a new run that measures the same way."""
     return (json.dumps(_comparable_settings(store.settings(run)), sort_keys=True),
-            *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
+            *machine_kind(store.environment(run)))
 
 
 def suite_group(store: Store, run: str, suite: str) -> tuple:
@@ -179,7 +179,7 @@ def suite_group(store: Store, run: str, suite: str) -> tuple:
     if isinstance(settings.get("suites"), dict):
         settings = {**{k: v for k, v in settings.items() if k != "suites"}, "suite": settings["suites"].get(suite)}
     return (json.dumps(settings, sort_keys=True, default=str),
-            *(str(store.environment(run).get(key)) for key in COMPARABLE_ENVIRONMENT))
+            *machine_kind(store.environment(run)))
 
 
 def _comparable_settings(settings: dict) -> dict:

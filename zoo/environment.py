@@ -19,6 +19,12 @@ from .checks import ROW_FORM
 COMPARABLE_ENVIRONMENT = ("cpu", "cpu_count", "device", "torch", "threads")
 """A run's fingerprint entries that must agree for figures of two runs to share a board (or one resumed run)."""
 
+
+def machine_kind(environment: dict) -> tuple[str, ...]:
+    """A run's fingerprint reduced to :data:`COMPARABLE_ENVIRONMENT`: equal for two runs whose figures may share a
+    board."""
+    return tuple(str(environment.get(key)) for key in COMPARABLE_ENVIRONMENT)
+
 ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
 """glibc settings for benchmark workers: keep freed blocks instead of returning them to the OS, so
 memory-hungry variants do not pay page faults on every call."""

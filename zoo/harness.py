@@ -101,29 +101,26 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
 
 def _board_settings_kept(store, settings, chosen: list[str], registry):
     """``settings`` with, for each suite this run does not measure, that suite's settings in the latest run of the
-    folder with the same run-wide settings, on this kind of machine, that measured it. A board shows a suite's rows from the runs with its
-    own run's settings of that suite, and those settings change nothing a run that skips the suite measures: so
-    a run of one suite into a board folder (the long board's inference, run without its speed suite's
-    ``--lengths``) keeps the board's other sections instead of emptying them."""
+    folder with the same run-wide settings, on this kind of machine, that measured it. A board shows a suite's rows
+    from the runs with its own run's settings of that suite, and those settings change nothing a run that skips the
+    suite measures: so a run of one suite into a board folder (the long board's inference, run without its speed
+    suite's ``--lengths``) keeps the board's other sections instead of emptying them."""
     import dataclasses
     import json
 
-    from .environment import COMPARABLE_ENVIRONMENT, fingerprint
+    from .environment import fingerprint, machine_kind
     from .profiles import Profile
 
     def run_wide(profile) -> str:
         return json.dumps({k: v for k, v in profile.as_dict().items() if k != "suites"}, sort_keys=True, default=str)
 
-    def machine(environment: dict) -> tuple:  # the kind of machine a board pairs runs of
-        return tuple(str(environment.get(key)) for key in COMPARABLE_ENVIRONMENT)
-
-    wide, here, kept = run_wide(settings), machine(fingerprint(settings, settings.device)), {}
+    wide, here, kept = run_wide(settings), machine_kind(fingerprint(settings, settings.device)), {}
     for run in reversed(list(store.runs().run_id)):
         try:
             earlier = Profile.from_dict(store.settings(run), registry.suites)
         except (TypeError, ValueError, KeyError):  # a run stored in a form this zoo cannot read
             continue
-        if run_wide(earlier) != wide or machine(store.environment(run)) != here:
+        if run_wide(earlier) != wide or machine_kind(store.environment(run)) != here:
             continue
         for suite in set(store.jobs(run).suite) - set(chosen) - set(kept):
             if suite in earlier.suites and suite in settings.suites:
