@@ -64,13 +64,22 @@ class LatentAttention(nn.Module):
         """What a token keeps: its latent (batch, n, kv_rank) and its rotated rotary key (batch, n, rope_dim)."""
         return self.kv_down(key), rotate(self.k_rope(key), start, self.rope_base)
 
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
+    def keys(self, latent, rotary):
+        """Per head (batch, heads, n, d + rope_dim): the content key up-projected from the latent, then the rotary
+        key every head shares."""
         h = self.num_heads
+        return torch.cat([split_heads(self.k_up(latent), h), rotary.unsqueeze(1).expand(-1, h, -1, -1)], dim=-1)
+
+    def padded_values(self, latent):
+        """Per head the values up-projected from the latent, padded to the keys' width: one head width for all three
+        keeps SDPA on its fused kernel."""
+        return F.pad(split_heads(self.v_up(latent), self.num_heads), (0, self.rope_dim))
+
+    def forward(self, query, key, value, attn_mask=None, is_causal=False):
         nope, rope = self.queries(query)
         latent, rotary = self.latents(key)
-        k = torch.cat([split_heads(self.k_up(latent), h), rotary.unsqueeze(1).expand(-1, h, -1, -1)], dim=-1)
-        v = F.pad(split_heads(self.v_up(latent), h), (0, self.rope_dim))  # one head width keeps SDPA fused
-        out = masked_sdpa(torch.cat([nope, rope], dim=-1), k, v, attn_mask, is_causal)
+        out = masked_sdpa(torch.cat([nope, rope], dim=-1), self.keys(latent, rotary), self.padded_values(latent),
+                          attn_mask, is_causal)
         return self.out_proj(merge_heads(out[..., :nope.shape[-1]]))
 
 
@@ -107,10 +116,7 @@ def decode(module, state, query, key, value, key_mask=None):
     one key/value head), the rotary scores a logit bias, the weighted sum of latents moved out by W_UV. The value
     input is not read: keys and values both come from the key's latent."""
     h, t, rank = module.num_heads, query.shape[1], module.kv_rank
-    start = state["latent"].shape[1] if "latent" in state else 0
-    nope, rope = module.queries(query, start)
-    latent, rotary = module.latents(key, start)
-    state, before = extend_cache(state, {"latent": latent, "rope": rotary}, key_mask, sequence_dim=1)
+    nope, rope, state, before = _cached(module, state, query, key, key_mask)
     if t == 0:
         return query.new_zeros(query.shape), state
     head = nope.shape[-1]
@@ -128,19 +134,24 @@ def explicit_decode(module, state, query, key, value, key_mask=None):
     """A decoder baseline, the explicit form over the same cache: every step up-projects the keys and values of
     every cached latent per head (W_UK, W_UV), then attends over them as the forward does; the work the absorbed
     form saves, growing with the context at every step."""
-    h, t = module.num_heads, query.shape[1]
+    t = query.shape[1]
+    nope, rope, state, before = _cached(module, state, query, key, key_mask)
+    if t == 0:
+        return query.new_zeros(query.shape), state
+    k, v = module.keys(state["latent"], state["rope"]), module.padded_values(state["latent"])
+    allowed = cache_allowed(state, t, before, query.device)
+    out = sdpa_zeroing_empty_rows(torch.cat([nope, rope], dim=-1), k, v, allowed)
+    return module.out_proj(merge_heads(out[..., :nope.shape[-1]])), state
+
+
+def _cached(module, state, query, key, key_mask):
+    """The new positions' content and rotated queries, and the cache with their latents and rotary keys appended
+    (at their positions after those it held), and how many positions it held before: what both decodes do first."""
     start = state["latent"].shape[1] if "latent" in state else 0
     nope, rope = module.queries(query, start)
     latent, rotary = module.latents(key, start)
     state, before = extend_cache(state, {"latent": latent, "rope": rotary}, key_mask, sequence_dim=1)
-    if t == 0:
-        return query.new_zeros(query.shape), state
-    latents, rotaries = state["latent"], state["rope"]
-    k = torch.cat([split_heads(module.k_up(latents), h), rotaries.unsqueeze(1).expand(-1, h, -1, -1)], dim=-1)
-    v = F.pad(split_heads(module.v_up(latents), h), (0, module.rope_dim))
-    allowed = cache_allowed(state, t, before, query.device)
-    out = sdpa_zeroing_empty_rows(torch.cat([nope, rope], dim=-1), k, v, allowed)
-    return module.out_proj(merge_heads(out[..., :nope.shape[-1]])), state
+    return nope, rope, state, before
 
 
 def unpadded_values(module):
@@ -150,12 +161,10 @@ def unpadded_values(module):
     takes the call)."""
 
     def run(query, key, value, attn_mask=None, is_causal=False):
-        h = module.num_heads
         nope, rope = module.queries(query)
         latent, rotary = module.latents(key)
-        k = torch.cat([split_heads(module.k_up(latent), h), rotary.unsqueeze(1).expand(-1, h, -1, -1)], dim=-1)
-        out = masked_sdpa(torch.cat([nope, rope], dim=-1), k, split_heads(module.v_up(latent), h), attn_mask,
-                          is_causal)
+        out = masked_sdpa(torch.cat([nope, rope], dim=-1), module.keys(latent, rotary),
+                          split_heads(module.v_up(latent), module.num_heads), attn_mask, is_causal)
         return module.out_proj(merge_heads(out))
 
     return run
