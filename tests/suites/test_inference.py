@@ -103,7 +103,9 @@ def test_processes_combine_into_pooled_times_and_one_state_per_cell(registry):
                                                  for r in times)
     assert all(r.low <= r.value <= r.high for r in times)
     assert len([r for r in rows if r.check == "state-bytes" and not r.versus and not r.params]) == 2
-    assert len([r for r in rows if r.check == "decode-growth"]) == 1
+    [growth] = [r for r in rows if r.check == "decode-growth"]
+    assert growth.n == 128 and growth.params == {"shortest": 64} and len(growth.samples) == 2 * SETTINGS.steps
+    assert growth.low <= growth.value <= growth.high
     [state] = [r for r in rows if r.check == "state-growth"]
     assert state.value == 1.0  # linear attention's state does not grow with the context
     between = [r for r in rows if r.check == "decode-between"]
@@ -214,3 +216,49 @@ def test_a_prefill_that_runs_out_of_memory_leaves_its_cell_untimed_and_any_other
         [cell] = [r for r in rows if r.check == "decode-time" and r.n == 128 and not r.versus]
         assert cell.status == status and ("ran out of memory" in cell.detail) == (status == SKIPPED), cell
         assert [r for r in rows if r.check == "decode-time" and r.n == 64 and r.status == MEASURED]
+
+
+def test_growth_is_the_ratio_of_the_variants_two_decodes_taking_turns_in_the_longer_cell(registry):
+    import dataclasses
+
+    variant = registry.variant("linear")
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
+    stepped = []
+
+    def step(module, state, query, key, value, key_mask):
+        stepped.append(state["length"])  # which decode took this step: the one after 64 tokens or after 128
+        out, state = variant.decoder.step(module, state, query, key, value, key_mask)
+        return out, {**state, "length": state["length"] + 1}
+
+    def prefill(module, query, key, value, key_mask=None):
+        out, state = variant.decoder.prefill(module, query, key, value, key_mask)
+        return out, {**state, "length": query.shape[1]}
+
+    traced = dataclasses.replace(variant, decoder=dataclasses.replace(variant.decoder, prefill=prefill, step=step))
+    rows = list(run_inference(traced, profile))
+    [growth] = [r for r in rows if r.check == "decode-growth"]
+    assert growth.n == 128 and growth.params == {"shortest": 64} and len(growth.samples) == SETTINGS.steps
+    timed = stepped[-2 * SETTINGS.steps:]  # the 128 cell's timed steps of the variant's two decodes
+    assert sorted({length < 128 for length in timed}) == [False, True]  # both decodes stepped, in turns
+    assert all((a < 128) != (b < 128) for a, b in zip(timed[::2], timed[1::2]))
+
+
+def test_a_failed_prefill_of_the_shorter_prompt_costs_the_growth_figure_only(registry):
+    import dataclasses
+
+    variant = registry.variant("linear")
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
+    prefills = []
+
+    def prefill(module, query, key, value, key_mask=None):
+        prefills.append(query.shape[1])
+        if len(prefills) == 3:  # the 128 cell's second prefill: the 64-token prompt beside it
+            raise RuntimeError("a bug")
+        return variant.decoder.prefill(module, query, key, value, key_mask)
+
+    rows = list(run_inference(dataclasses.replace(variant, decoder=dataclasses.replace(variant.decoder,
+                                                                                        prefill=prefill)), profile))
+    assert prefills == [64, 128, 64]
+    [growth] = [r for r in rows if r.check == "decode-growth"]
+    assert growth.status == "error" and "a bug" in growth.detail and "64 tokens" in growth.detail
+    assert {r.n for r in rows if r.check == "decode-time" and r.status == MEASURED and not r.versus} == {64, 128}

@@ -6,7 +6,9 @@ for the same shapes (torch SDPA over a preallocated KV cache; for a layer with n
 projections) so the machine's drift falls on both alike. Beside the time per token stand the state the sequence
 keeps (counted, tensor by tensor) and how close the step comes to this machine's memory read bandwidth,
 measured in the same process: decoding reads the whole state and the weights once per token, so that is its
-physical limit. Which cells are timed is fixed before timing (predicted prefill FLOPs and state bytes against
+physical limit. How much a step grows with the context is measured the same way: in every cell beyond the
+shortest context, the variant's decode after the shortest prompt takes turns with its decode after the cell's.
+Which cells are timed is fixed before timing (predicted prefill FLOPs and state bytes against
 the profile's caps). The check is repeated in the run's fresh processes and its figures combined
 (:mod:`zoo.timing`), as the speed suite's are.
 """
@@ -191,9 +193,12 @@ def _prompt(settings, profile, batch: int, context: int) -> torch.Tensor:
     return _PROMPTS[key][:batch, :context]
 
 
-def _cell(variant, settings, profile, batch: int, context: int):
+def _cell(variant, settings, profile, batch: int, context: int, shortest: int | None = None):
     """Prefill both decodes, then their steps in turns; the raw figures of one (batch, context) cell. Query, key and
-    value are the same sequence, as in a model's self-attention (a context decoder: its context)."""
+    value are the same sequence, as in a model's self-attention (a context decoder: its context). ``shortest``: the
+    shortest timed context, below this cell's: the variant's decode after that shorter prompt takes turns too, so
+    how much a step grows with the context is a ratio measured in the same turns, not two cells timed minutes
+    apart on a machine whose speed drifts by more than the 10% such a claim is judged by."""
     dtype, device, decoder = getattr(torch, profile.dtype), profile.device, variant.decoder
     generator = torch.Generator().manual_seed(profile.seed + 1)
     torch.manual_seed(profile.seed)
@@ -225,12 +230,19 @@ def _cell(variant, settings, profile, batch: int, context: int):
                 calls[label] = _stepper(other, module, _prefill(other, module, prompt.clone()))
             except Exception as exc:  # a baseline that fails costs its own figures, not the variant's cell
                 dropped[label] = exc
+        if shortest is not None:
+            shorter = _prompt(settings, profile, batch, shortest).clone()
+            try:
+                calls[SHORTEST] = _stepper(decoder, module, _prefill(decoder, module, shorter))
+            except Exception as exc:  # costs the growth figure only
+                dropped[SHORTEST] = exc
         state_bytes = {variant.name: decoding.counted_bytes(state), STANDARD[variant.kind]: standard.state_bytes()}
         allocated = decoding.allocated_bytes(state)
         for call in calls.values():
             for token in tokens[:settings.warmup_steps]:
                 call(token)
-        counted = {who: bytes_read(functools.partial(call, tokens[settings.warmup_steps])) for who, call in calls.items()}
+        counted = {who: bytes_read(functools.partial(call, tokens[settings.warmup_steps])) for who, call in calls.items()
+                   if who != SHORTEST}
         samples = {who: [] for who in calls}
         flush = _flush_buffer(settings.flush_mib, device)
         for index, token in enumerate(tokens[settings.warmup_steps + 1:]):
@@ -239,8 +251,15 @@ def _cell(variant, settings, profile, batch: int, context: int):
                 started = synchronized_clock()
                 calls[who](token)
                 samples[who].append(synchronized_clock() - started)
+    growth = samples.pop(SHORTEST, None)
+    if growth is not None:
+        growth = [a / b for a, b in zip(samples[variant.name], growth)]
     return dict(samples=samples, prefill=prefill_seconds, state=state_bytes, allocated=allocated, read=counted,
-                dropped=dropped)
+                dropped=dropped, growth=growth)
+
+
+SHORTEST = "the variant at the shortest context"
+"""The label of the variant's decode after the shortest timed prompt, in turns with its decode in a longer cell."""
 
 
 class PromptTooLarge(Exception):
@@ -277,16 +296,18 @@ def run_inference(variant, profile):
         return
     mode = mode_of(variant)
     for batch in settings.batches:
-        timed_here = []
+        counted = []
+        plan = {context: planned_out(variant, settings, profile, batch, context) for context in settings.contexts}
+        shortest = min((context for context, why in plan.items() if not why), default=None)
         for context in settings.contexts:
             tag = dict(n=context, mode=mode, phase=DECODE, batch=batch)
             setting = f"batch={batch} context={context}"
-            why = planned_out(variant, settings, profile, batch, context)
+            why = plan[context]
             if why:
                 yield Result("decode-time", SKIPPED, setting, detail=f"not timed: {why}", **tag)
                 continue
             try:
-                cell = _cell(variant, settings, profile, batch, context)
+                cell = _cell(variant, settings, profile, batch, context, shortest if context > shortest else None)
             except PromptTooLarge as exc:  # as the plan's caps leave a cell out, but found by trying: not timed
                 yield Result("decode-time", SKIPPED, setting, detail=f"not timed: its prefill ran out of memory "
                              f"here ({exc})", **tag)
@@ -295,11 +316,16 @@ def run_inference(variant, profile):
                 yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
                 continue
             for label, exc in cell["dropped"].items():
+                if label == SHORTEST:
+                    yield Result("decode-growth", ERROR, _growth_setting(batch, shortest, context), detail="the "
+                                 f"variant's prefill of {shortest} tokens beside this cell's failed: "
+                                 f"{describe_exception(exc)}", **tag)
+                    continue
                 yield Result("decode-time", SKIPPED if out_of_memory(exc) else ERROR, setting, detail=f"decoder "
                              f"baseline {label!r} not timed: its prefill failed ({describe_exception(exc)})",
                              versus=label, **tag)
             states = list(_state_rows(variant, setting, tag, cell))
-            timed_here += states
+            counted += states
             yield from states
             yield Result("prefill-time", MEASURED, setting, cell["prefill"], "s", f"one prefill of {context} tokens "
                          "(its first call)", samples=[cell["prefill"]], **{**tag, "phase": PREFILL})
@@ -307,11 +333,11 @@ def run_inference(variant, profile):
                 yield Result("step-bytes", MEASURED, setting, read, "bytes", "counted: every tensor one step's ops "
                              "read (state, weights, the token), each once", versus="" if who == variant.name else who,
                              **tag)
-            rows = list(_timed_rows(variant, setting, tag, {who: {0: s} for who, s in cell["samples"].items()},
-                                    cell["read"], [bandwidth]))
-            timed_here += rows
-            yield from rows
-        yield from _growth_rows(variant, batch, mode, timed_here)
+            yield from _timed_rows(variant, setting, tag, {who: {0: s} for who, s in cell["samples"].items()},
+                                   cell["read"], [bandwidth])
+            if cell["growth"] is not None:
+                yield _growth_row(tag, shortest, [cell["growth"]])
+        yield from _state_growth_rows(batch, mode, counted)
     yield from _formula_rows(variant, settings, profile, mode)
 
 
@@ -363,17 +389,29 @@ def _timed_rows(variant, setting, tag, per_process: dict[str, dict[int, list[flo
                      high=ratio.high, versus=versus, **tag)
 
 
-def _growth_rows(variant, batch, mode, rows):
-    """How much the time per token and the state grow from the shortest to the longest timed context, at one batch
-    size (``rows``: the cells' state and time rows)."""
-    for check, name, what in (("decode-time", "decode-growth", "time per token"),
-                              ("state-bytes", "state-growth", "counted state")):
-        values = {row.n: row.value for row in rows if row.check == check and not row.versus and row.value}
-        if len(values) > 1:
-            shortest, longest = min(values), max(values)
-            yield Result(name, MEASURED, f"batch={batch} context {shortest} to {longest}",
-                         values[longest] / values[shortest], "ratio", f"{what} at context {longest} / at {shortest}",
-                         n=longest, mode=mode, phase=DECODE, batch=batch)
+def _growth_setting(batch: int, shortest: int, context: int) -> str:
+    return f"batch={batch} context {shortest} to {context}"
+
+
+def _growth_row(tag: dict, shortest: int, per_process: list[list[float]]) -> Result:
+    """How much the time per token grows from the shortest timed context to this cell's: the median of per-turn
+    ratios of the variant's two decodes, stepped in turns (one list of ratios per process)."""
+    growth = figure(per_process)
+    return Result("decode-growth", MEASURED, _growth_setting(tag["batch"], shortest, tag["n"]), growth.value, "ratio",
+                  f"time per token at context {tag['n']} / at {shortest}, median of per-turn ratios of the two decodes "
+                  f"taking turns in {growth.processes} process(es); IQR {growth.iqr:.3g}", samples=growth.samples,
+                  low=growth.low, high=growth.high, params={"shortest": shortest}, **tag)
+
+
+def _state_growth_rows(batch, mode, rows):
+    """How much the counted state grows from the shortest to the longest timed context, at one batch size
+    (``rows``: the cells' state rows)."""
+    values = {row.n: row.value for row in rows if row.check == "state-bytes" and not row.versus and row.value}
+    if len(values) > 1:
+        shortest, longest = min(values), max(values)
+        yield Result("state-growth", MEASURED, f"batch={batch} context {shortest} to {longest}",
+                     values[longest] / values[shortest], "ratio", f"counted state at context {longest} / at {shortest}",
+                     n=longest, mode=mode, phase=DECODE, batch=batch)
 
 
 def _formula_rows(variant, settings, profile, mode):
@@ -400,12 +438,15 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
     of a later process kept unless the first met it."""
     steps: dict[tuple, dict[str, dict[int, list[float]]]] = {}
     prefills: dict[tuple, list[list[float]]] = {}
+    growths: dict[tuple, dict[int, list[float]]] = {}
     for process, rows in enumerate(rows_by_process):
         for row in rows:
             if row.check == "decode-time" and row.status == MEASURED and row.samples:
                 steps.setdefault((row.batch, row.n), {}).setdefault(row.versus or variant.name, {})[process] = row.samples
             elif row.check == "prefill-time" and row.status == MEASURED and row.value is not None:
                 prefills.setdefault((row.batch, row.n), []).append([row.value])
+            elif row.check == "decode-growth" and row.status == MEASURED and row.samples:
+                growths.setdefault((row.batch, row.n, row.params["shortest"]), {})[process] = row.samples
     bandwidths = [row.value * 1e9 for rows in rows_by_process for row in rows if row.check == "read-bandwidth"
                   and row.value]
     first = rows_by_process[0]
@@ -442,7 +483,11 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
             bandwidths or [float("nan")]))
     for batch, rows in timed.items():
         counted = [row for row in kept if row.check == "state-bytes" and row.batch == batch and not row.params]
-        kept += rows + list(_growth_rows(variant, batch, mode_of(variant), rows + counted))
+        kept += rows + list(_state_growth_rows(batch, mode_of(variant), counted))
+    for (batch, context, shortest), per_process in sorted(growths.items()):
+        if 0 in per_process:  # the cells the first process timed
+            kept.append(_growth_row(dict(n=context, mode=mode_of(variant), phase=DECODE, batch=batch), shortest,
+                                    [per_process[p] for p in sorted(per_process)]))
     return kept
 
 
@@ -713,7 +758,8 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("state-allocated", "the storage behind the state's tensors, room to grow included", "bytes"),
         zoo.Measure("read-fraction", "step bytes / time per token / the measured read bandwidth", "fraction"),
         zoo.Measure("decode-tokens-per-s", "generated tokens per second, every sequence of the batch", "tokens/s"),
-        zoo.Measure("decode-growth", "time per token at the longest timed context / at the shortest", "ratio"),
+        zoo.Measure("decode-growth", "time per token at context n / at the shortest timed context (params: shortest), "
+                    "median of per-turn ratios of the variant's two decodes taking turns", "ratio"),
         zoo.Measure("state-growth", "counted state at the longest timed context / at the shortest", "ratio"),
         zoo.Measure("read-bandwidth", "this machine's memory read rate, measured in the same process", "GB/s")),
     section=section, columns=columns, axes=axes, order=35, settle=settle,
