@@ -2,21 +2,20 @@
 ``s_h`` joins every row's softmax denominator with no value, ``w_ij = exp(q_i k_j / sqrt d) / (exp(s_h) + sum_j'
 exp(q_i k_j' / sqrt d))``, so a query may put its weight nowhere instead of on some key.
 
-The sink is one more key: queries ``[q_i, 1]`` against keys ``[k_j, 0]`` and a sink key ``[0, s_h sqrt d]`` give
-the scores and the sink logit at SDPA's scale ``1 / sqrt d``, with a zero value for the sink. Torch's fused SDPA
-then runs on heads one feature wider with the sink key first; a zero query row in front keeps ``is_causal``
-aligned (query i, now row i + 1, sees the sink and keys 0..i), so nothing (n, n) is built. Decoding keeps the
-plain KV cache; the sink is a parameter, not state.
+With the sink, a row's weights are its plain softmax weights times ``sigmoid(L_i - s_h)``, ``L_i`` the row's
+logsumexp, which torch's fused CPU attention kernel returns beside its output: one fused call and a per-row factor
+(:func:`zoo.functional.sdpa_with_sink`; on other devices the sink as one more key on fused SDPA), so nothing
+(n, n) is built. Decoding keeps the plain KV cache; the sink is a parameter, not state.
 """
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import cached_attention, combine_masks, merge_heads, softmax_with_sink, split_heads
+from zoo.functional import (cached_attention, combine_masks, merge_heads, sdpa_with_sink, softmax_with_sink,
+                            split_heads)
 from zoo.reference import linear, reference_mask
 
 
@@ -37,26 +36,7 @@ class SinkAttention(nn.Module):
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v = self.project(query, key, value)
-        return self.out_proj(merge_heads(sink_sdpa(q, k, v, self.sinks, attn_mask, is_causal)))
-
-
-def sink_sdpa(q, k, v, sinks, attn_mask=None, is_causal=False):
-    """Softmax attention with a sink logit per head on torch's fused SDPA: heads one feature wider, the sink
-    key and a zero value first, a zero query row first (its output dropped)."""
-    batch, heads, _, d = q.shape
-    scale = 1.0 / math.sqrt(d)
-    wide_q = F.pad(F.pad(q, (0, 1), value=1.0), (0, 0, 1, 0))
-    sink_key = F.pad((sinks / scale).to(k.dtype).view(1, heads, 1, 1).expand(batch, heads, 1, 1), (d, 0))
-    wide_k = torch.cat([sink_key, F.pad(k, (0, 1))], dim=-2)
-    wide_v = F.pad(v, (0, 1, 1, 0))  # one head width for all three keeps SDPA on its fused kernel
-    mask = combine_masks(attn_mask, is_causal, q.shape[-2], k.shape[-2], q.device) if attn_mask is not None else None
-    if mask is None:
-        out = F.scaled_dot_product_attention(wide_q, wide_k, wide_v, is_causal=is_causal, scale=scale)
-    else:  # the sink is always allowed, so no row is empty
-        mask = F.pad(mask, (1, 0) if mask.shape[-2] == 1 else (1, 0, 1, 0), value=True)
-        mask = mask.view(*(1,) * (4 - mask.dim()), *mask.shape)
-        out = F.scaled_dot_product_attention(wide_q, wide_k, wide_v, attn_mask=mask, scale=scale)
-    return out[..., 1:, :d]
+        return self.out_proj(merge_heads(sdpa_with_sink(q, k, v, self.sinks, attn_mask, is_causal)))
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
@@ -101,8 +81,11 @@ def eager_sink_column(module):
 
 
 def flops(batch, q_len, k_len, d_model, num_heads, **options):
+    """The four projections and one fused attention call (the sink's per-row factor is not a matmul). Off the CPU
+    the sink is one more key on heads one feature wider, after a zero query row: (q_len + 1) (k_len + 1)
+    (d_model + num_heads) instead of q_len k_len d_model in the second term."""
     projections = 2.0 * batch * d_model * d_model * (2 * q_len + 2 * k_len)  # q, out; k, v
-    return projections + 4.0 * batch * (q_len + 1) * (k_len + 1) * (d_model + num_heads)  # a sink key, a zero row
+    return projections + 4.0 * batch * q_len * k_len * d_model
 
 
 @zoo.hookimpl
@@ -110,7 +93,7 @@ def zoo_register_variants(register):
     register(zoo.Variant(
         name="sinks",
         summary="Multi-head attention with a learned sink logit per head in each softmax denominator (gpt-oss), "
-                "on fused SDPA.",
+                "one fused attention call and its logsumexp.",
         family="softmax",
         citation="OpenAI 2025, gpt-oss-120b & gpt-oss-20b Model Card (learned attention sinks); cf. Xiao et al. "
                  "2024, Efficient Streaming Language Models with Attention Sinks (ICLR)",
@@ -134,6 +117,6 @@ def zoo_register_variants(register):
                             state_bytes=cache_bytes),
         targets=(
             zoo.Target("time-ratio", versus="eager-sink-column", at_most=1.0, phase="fwd+bwd", n=1024,
-                       note="no slower than gpt-oss's eager form: the sink as one more key on fused SDPA"),
+                       note="no slower than gpt-oss's eager form: one fused call and its logsumexp"),
         ),
     ))

@@ -64,3 +64,38 @@ def test_sliding_window_attention_is_softmax_over_the_band_with_shared_or_own_ke
     band = (i - j >= 0) & (i - j <= window)
     expected = softmax_attention(q, k.expand(2, 3, n, 4), v.expand(2, 3, n, 4), band)
     assert torch.allclose(sliding_window_attention(q, k, v, window), expected, atol=1e-12)
+
+
+
+@pytest.mark.parametrize("q_len, k_len", [(5, 7), (6, 6), (1, 9), (0, 4), (3, 0), (0, 0)])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("mask_kind", [None, "some", "a row with no key", "float"])
+@pytest.mark.parametrize("device_path", ["cpu", "one more key"])
+def test_attention_with_a_sink_is_the_sink_column_softmax_with_its_gradients(monkeypatch, q_len, k_len, is_causal,
+                                                                            mask_kind, device_path):
+    from zoo import functional
+    from zoo.functional import causal_mask, sdpa_with_sink, softmax_with_sink
+
+    if device_path == "one more key":  # the path every device but the CPU takes
+        monkeypatch.setattr(functional, "LOGSUMEXP_DEVICES", ())
+    generator = torch.Generator().manual_seed(q_len * 100 + k_len)
+    q, k, v = (torch.randn(2, 3, n, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+               for n in (q_len, k_len, k_len))
+    sink = (2 * torch.randn(3, dtype=torch.float64, generator=generator)).requires_grad_()
+    mask = None if mask_kind is None else torch.rand(2, 1, q_len, k_len, generator=generator) > 0.3
+    if mask_kind == "a row with no key" and q_len:
+        mask[1, :, 0] = False
+    bias = torch.randn(2, 1, q_len, k_len, dtype=torch.float64, generator=generator) if mask_kind == "float" else 0.0
+    given = torch.where(mask, bias, float("-inf")) if mask_kind == "float" else mask  # additive: -inf where masked
+    allowed = mask if not is_causal else causal_mask(q_len, k_len) if mask is None else mask & causal_mask(q_len, k_len)
+    scores = q @ k.transpose(-1, -2) / 4 ** 0.5 + bias  # the definition: the sink as one more column of the softmax
+    expected = softmax_with_sink(scores if allowed is None else scores.masked_fill(~allowed, float("-inf")), sink) @ v
+    out = sdpa_with_sink(q, k, v, sink, given, is_causal)
+    assert torch.allclose(out, expected, atol=1e-12)
+    if mask_kind == "a row with no key" and q_len:
+        assert torch.equal(out[1, :, 0], torch.zeros_like(out[1, :, 0]))
+    cotangent = torch.randn(out.shape, dtype=torch.float64, generator=generator)
+    grads = torch.autograd.grad(out, (q, k, v, sink), cotangent)
+    wanted = torch.autograd.grad(expected, (q, k, v, sink), cotangent)
+    for name, mine, theirs in zip(("q", "k", "v", "sink"), grads, wanted):
+        assert torch.isfinite(mine).all() and torch.allclose(mine, theirs, atol=1e-10), name

@@ -304,6 +304,78 @@ def torch_mha_baseline(need_weights: bool, arguments, state):
     return build
 
 
+LOGSUMEXP_DEVICES = ("cpu",)
+"""The devices :func:`sdpa_with_sink` takes a fused kernel's logsumexp on (torch's CPU flash kernel)."""
+
+
+class _FusedSinkAttention(torch.autograd.Function):
+    """:func:`sdpa_with_sink` on torch's fused CPU attention kernel, which also returns each row's logsumexp L:
+    with a sink logit s the row's weights are its sink-free ones times sigmoid(L - s), so the output is the
+    fused output times that factor. Backward: the kernel's own backward, given the output with the sink and the
+    incoming gradient times the factor, yields exactly the gradients of q, k and v (the factor's dependence on
+    the scores through L cancels into the kernel's rowsum term); the sink's gradient is -sum over rows of
+    (grad . output) (1 - factor)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sink, mask, is_causal, scale):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
+                                                                                attn_mask=mask, scale=scale)
+        kept = torch.sigmoid(lse - sink.to(lse.dtype).view(1, -1, 1)).nan_to_num_(0.0).unsqueeze(-1)
+        # a row with no key (L = -inf) keeps nothing and gives zeros, and its scores get no gradient: at L = +inf
+        # the backward's exp(score - L) is 0 for every key
+        lse = lse.masked_fill(kept.squeeze(-1) == 0, float("inf"))
+        out = torch.where(kept > 0, out * kept.to(out.dtype), 0.0)
+        ctx.save_for_backward(q, k, v, out, lse, kept, mask)
+        ctx.is_causal, ctx.scale, ctx.sink_dtype = is_causal, scale, sink.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, kept, mask = ctx.saved_tensors
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            (grad * kept.to(grad.dtype)).contiguous(), q, k, v, out, lse, 0.0, ctx.is_causal, attn_mask=mask,
+            scale=ctx.scale)
+        rows = (grad * out).sum(-1, keepdim=True).to(kept.dtype)  # the factor times (grad . sink-free output)
+        dsink = -(rows * (1 - kept)).sum(dim=(0, 2, 3)).to(ctx.sink_dtype)
+        return dq, dk, dv, dsink, None, None, None
+
+
+def sdpa_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, attn_mask: Tensor | None = None,
+                   is_causal: bool = False) -> Tensor:
+    """Softmax attention of (batch, heads, n, d) tensors with one more logit per head, ``sink`` (heads,), in every
+    row's denominator and no value of its own (learned attention sinks: :func:`softmax_with_sink`, as one fused
+    call); a row with no key to attend to gives zeros. ``attn_mask``: boolean (True: may attend) or a float added
+    to the scores, broadcastable like torch SDPA's; with ``is_causal`` both apply. On CPU, torch's fused kernel
+    and its logsumexp (:class:`_FusedSinkAttention`); elsewhere, the sink as one more key on fused SDPA: heads one
+    feature wider, queries ``[q, 1]``, keys ``[k, 0]`` after a sink key ``[0, s sqrt d]`` with a zero value, and a
+    zero query row first, which keeps ``is_causal`` aligned."""
+    batch, heads, q_len, d = q.shape
+    scale = d ** -0.5
+    if q.numel() == 0 or k.shape[-2] == 0:  # no query, or only the sink to attend to (the fused CPU kernel would
+        # divide by zero): zeros, still in the graph
+        return q.new_zeros(batch, heads, q_len, v.shape[-1]) + (q.sum() + k.sum() + v.sum() + sink.sum()) * 0.0
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~attn_mask,
+                                                                                                float("-inf"))
+        attn_mask = attn_mask.to(q.dtype)
+        if is_causal:  # the fused kernels take a mask or is_causal, not both
+            causal = causal_mask(q_len, k.shape[-2], q.device)
+            attn_mask, is_causal = attn_mask.masked_fill(~causal, float("-inf")), False
+        attn_mask = attn_mask.view(*(1,) * (4 - attn_mask.dim()), *attn_mask.shape)
+    if q.device.type in LOGSUMEXP_DEVICES:
+        return _FusedSinkAttention.apply(q, k, v, sink, attn_mask, is_causal, scale)
+    wide_q = F.pad(F.pad(q, (0, 1), value=1.0), (0, 0, 1, 0))
+    sink_key = F.pad((sink / scale).to(k.dtype).view(1, heads, 1, 1).expand(batch, heads, 1, 1), (d, 0))
+    wide_k = torch.cat([sink_key, F.pad(k, (0, 1))], dim=-2)
+    wide_v = F.pad(v, (0, 1, 1, 0))  # one head width for all three keeps SDPA on its fused kernel
+    if attn_mask is not None:  # the sink is always allowed, so no row is empty
+        attn_mask = F.pad(attn_mask, (1, 0) if attn_mask.shape[-2] == 1 else (1, 0, 1, 0), value=0.0)
+    out = F.scaled_dot_product_attention(wide_q, wide_k, wide_v, attn_mask=attn_mask, is_causal=is_causal,
+                                         scale=scale)
+    return out[..., 1:, :d]
+
+
 def softmax_with_sink(scores: Tensor, sink: Tensor) -> Tensor:
     """Softmax weights of (batch, heads, q_len, k_len) ``scores`` (-inf where a key is masked) with one more logit
     per head, ``sink`` (heads,), in each row's denominator and no value of its own: a row's weights sum to less
@@ -402,8 +474,7 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
     the cached keys up to its own position (the causal forward's alignment). ``key_mask``: (batch, t), False for a
     padding key. ``key_bias``: (batch, heads, t), a logit added for each new key wherever it is attended to,
     cached beside it as ``{name}key_bias`` (a bias ``b_i + b_j`` needs only its key part: softmax is blind to a
-    query's constant). ``sink``: (heads,) logits of learned attention sinks (:func:`softmax_with_sink`), the
-    scores then computed explicitly (a few new positions over the cache). Returns the new positions' outputs
+    query's constant). ``sink``: (heads,) logits of learned attention sinks (:func:`sdpa_with_sink`). Returns the new positions' outputs
     (zeros for a query with no key to attend to) and the state.
     """
     new = {"k": k, "v": v, **({"key_bias": key_bias} if key_bias is not None else {})}
@@ -423,5 +494,8 @@ def cached_attention(state: dict, q: Tensor, k: Tensor, v: Tensor, key_mask: Ten
         return sdpa_zeroing_empty_rows(q, keys, values, allowed, enable_gqa, bias), state
     if enable_gqa:
         keys, values = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (keys, values))
-    scores = (q @ keys.transpose(-1, -2)) * q.shape[-1] ** -0.5 + (0.0 if bias is None else bias)
-    return softmax_with_sink(scores.masked_fill(~allowed, float("-inf")), sink) @ values, state
+    if bias is not None:
+        allowed = torch.where(allowed, bias.to(q.dtype), float("-inf"))
+    elif t == 1 and f"{name}key_mask" not in state:
+        allowed = None  # one new query sees every cached key
+    return sdpa_with_sink(q, keys, values, sink, allowed), state
