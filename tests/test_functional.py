@@ -92,6 +92,8 @@ def test_attention_with_a_sink_is_the_sink_column_softmax_with_its_gradients(mon
     expected = softmax_with_sink(scores if allowed is None else scores.masked_fill(~allowed, float("-inf")), sink) @ v
     out = sdpa_with_sink(q, k, v, sink, given, is_causal)
     assert torch.allclose(out, expected, atol=1e-12)
+    with torch.no_grad():  # a decode step's path: no graph kept
+        assert torch.allclose(sdpa_with_sink(q, k, v, sink, given, is_causal), expected, atol=1e-12)
     if mask_kind == "a row with no key" and q_len:
         assert torch.equal(out[1, :, 0], torch.zeros_like(out[1, :, 0]))
     cotangent = torch.randn(out.shape, dtype=torch.float64, generator=generator)

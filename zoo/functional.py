@@ -308,23 +308,26 @@ LOGSUMEXP_DEVICES = ("cpu",)
 """The devices :func:`sdpa_with_sink` takes a fused kernel's logsumexp on (torch's CPU flash kernel)."""
 
 
+def _fused_with_sink(q, k, v, sink, mask, is_causal, scale):
+    """The fused CPU kernel's output and each row's logsumexp L, and the row's weight left beside the sink,
+    sigmoid(L - sink) (0 for a row with no key); the output with the sink is the kernel's times that factor."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, attn_mask=mask,
+                                                                            scale=scale)
+    kept = torch.sigmoid(lse - sink.to(lse.dtype).view(1, -1, 1)).nan_to_num_(0.0).unsqueeze(-1)
+    return out.mul_(kept.to(out.dtype)).nan_to_num_(0.0), lse, kept  # a row with no key: zeros
+
+
 class _FusedSinkAttention(torch.autograd.Function):
-    """:func:`sdpa_with_sink` on torch's fused CPU attention kernel, which also returns each row's logsumexp L:
-    with a sink logit s the row's weights are its sink-free ones times sigmoid(L - s), so the output is the
-    fused output times that factor. Backward: the kernel's own backward, given the output with the sink and the
-    incoming gradient times the factor, yields exactly the gradients of q, k and v (the factor's dependence on
-    the scores through L cancels into the kernel's rowsum term); the sink's gradient is -sum over rows of
-    (grad . output) (1 - factor)."""
+    """:func:`sdpa_with_sink` with gradients on torch's fused CPU kernel (:func:`_fused_with_sink`). Backward: the
+    kernel's own backward, given the output with the sink and the incoming gradient times the factor, yields
+    exactly the gradients of q, k and v (the factor's dependence on the scores through L cancels into the
+    kernel's rowsum term); the sink's gradient is -sum over rows of (grad . output) (1 - factor)."""
 
     @staticmethod
     def forward(ctx, q, k, v, sink, mask, is_causal, scale):
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal,
-                                                                                attn_mask=mask, scale=scale)
-        kept = torch.sigmoid(lse - sink.to(lse.dtype).view(1, -1, 1)).nan_to_num_(0.0).unsqueeze(-1)
-        # a row with no key (L = -inf) keeps nothing and gives zeros, and its scores get no gradient: at L = +inf
-        # the backward's exp(score - L) is 0 for every key
+        out, lse, kept = _fused_with_sink(q, k, v, sink, mask, is_causal, scale)
+        # a row that keeps nothing gets no gradient: at L = +inf the backward's exp(score - L) is 0 for every key
         lse = lse.masked_fill(kept.squeeze(-1) == 0, float("inf"))
-        out = torch.where(kept > 0, out * kept.to(out.dtype), 0.0)
         ctx.save_for_backward(q, k, v, out, lse, kept, mask)
         ctx.is_causal, ctx.scale, ctx.sink_dtype = is_causal, scale, sink.dtype
         return out
@@ -346,7 +349,7 @@ def sdpa_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, attn_mask: Ten
     row's denominator and no value of its own (learned attention sinks: :func:`softmax_with_sink`, as one fused
     call); a row with no key to attend to gives zeros. ``attn_mask``: boolean (True: may attend) or a float added
     to the scores, broadcastable like torch SDPA's; with ``is_causal`` both apply. On CPU, torch's fused kernel
-    and its logsumexp (:class:`_FusedSinkAttention`); elsewhere, the sink as one more key on fused SDPA: heads one
+    and its logsumexp (:func:`_fused_with_sink`); elsewhere, the sink as one more key on fused SDPA: heads one
     feature wider, queries ``[q, 1]``, keys ``[k, 0]`` after a sink key ``[0, s sqrt d]`` with a zero value, and a
     zero query row first, which keeps ``is_causal`` aligned."""
     batch, heads, q_len, d = q.shape
@@ -364,7 +367,9 @@ def sdpa_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, attn_mask: Ten
             attn_mask, is_causal = attn_mask.masked_fill(~causal, float("-inf")), False
         attn_mask = attn_mask.view(*(1,) * (4 - attn_mask.dim()), *attn_mask.shape)
     if q.device.type in LOGSUMEXP_DEVICES:
-        return _FusedSinkAttention.apply(q, k, v, sink, attn_mask, is_causal, scale)
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, sink)):
+            return _FusedSinkAttention.apply(q, k, v, sink, attn_mask, is_causal, scale)
+        return _fused_with_sink(q, k, v, sink, attn_mask, is_causal, scale)[0]  # a decode step: no graph to keep
     wide_q = F.pad(F.pad(q, (0, 1), value=1.0), (0, 0, 1, 0))
     sink_key = F.pad((sink / scale).to(k.dtype).view(1, heads, 1, 1).expand(batch, heads, 1, 1), (d, 0))
     wide_k = torch.cat([sink_key, F.pad(k, (0, 1))], dim=-2)
