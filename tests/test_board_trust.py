@@ -4,6 +4,7 @@ rank, non-finite outputs are errors, and cores and layers are ranked against the
 import json
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -346,6 +347,33 @@ def test_rows_of_an_older_source_neither_rank_nor_block_and_the_board_gives_the_
     done = run_zoo(*_refresh_command(readme, "mine")[1:], "--plugins-dir", plugins)
     assert done.returncode == 0, done.stderr
     assert "| mine" in _ranked_tables(_leaderboard(tmp_path))
+
+
+def test_a_refresh_command_sets_only_the_suites_it_runs_and_the_board_keeps_the_others_settings(write_plugin,
+                                                                                                  tmp_path):
+    """A run refuses a setting of a suite it skips (it would change nothing it measures), so the command a board
+    gives sets only the suites it measures; the board's own settings of the others come from the folder."""
+    import zoo
+    from zoo.contract import OptionError
+
+    plugins = write_plugin("mine", good_plugin("mine"))
+    lengths = {"complexity": {"lengths": (32, 64, 128)}}
+    with pytest.raises(OptionError, match="--set complexity.lengths: the complexity suite is not in this run"):
+        zoo.run(["mine"], suites=["correctness"], profile="smoke", out=tmp_path, plugins_dirs=[plugins],
+                suite_settings=lengths)
+    assert not (tmp_path / "results.sqlite").exists()  # refused before anything was written
+    zoo.run(["mine"], suites=["correctness", "complexity"], profile="smoke", out=tmp_path, plugins_dirs=[plugins],
+            suite_settings=lengths)
+    (plugins / "mine.py").write_text((plugins / "mine.py").read_text() + "\n# edited after it was measured\n")
+    measured = zoo.run(["mine"], suites=["complexity"], profile="smoke", out=tmp_path, plugins_dirs=[plugins],
+                       suite_settings=lengths).attrs["run_id"]
+    command = _refresh_command(_leaderboard(tmp_path), "mine")
+    assert command[:5] == ["zoo", "run", "mine", "--suite", "correctness"] and "--set" not in command
+    done = run_zoo(*command[1:], "--plugins-dir", plugins)
+    assert done.returncode == 0, done.stderr
+    csv = pd.read_csv(tmp_path / "results.csv").query("variant == 'mine'")
+    assert set(csv[csv.suite == "complexity"].run_id) == {measured}  # its lengths' rows stay on the board
+    assert "### Results of an older source" not in _leaderboard(tmp_path)
 
 
 def test_held_back_reason_compares_the_cells_both_runs_timed_against_a_stated_rule():

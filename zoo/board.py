@@ -518,7 +518,7 @@ class Board:
 
         from .profiles import run_arguments
 
-        arguments = run_arguments(self.settings, self.suites)
+        arguments = run_arguments(self.settings, self.suites, suites)
         if arguments is None:
             return (f"no zoo run option rebuilds this board's settings: run {variant} through the Python API with "
                     f"the settings of run {self.run_id}")

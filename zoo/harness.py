@@ -78,6 +78,7 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     names = _select(registry, variants, filters)
     settings = resolve(base, registry.suites, asked.per_suite(registry.suites))
     chosen = _suites(registry, suites, settings)
+    _refuse_settings_of_skipped_suites(asked.given, chosen)
     _check_variant_settings(registry, names, settings, chosen)
     # plan: the run (new, or the one resumed, with its own settings) and the jobs it still lacks
     store = folder.for_writing()  # the database, with the runs of the committed export it lacks
@@ -126,6 +127,16 @@ def _board_settings_kept(store, settings, chosen: list[str], registry):
             if suite in earlier.suites and suite in settings.suites:
                 kept[suite] = dict(earlier.suites[suite])
     return dataclasses.replace(settings, suites={**settings.suites, **kept}) if kept else settings
+
+
+def _refuse_settings_of_skipped_suites(given: Mapping[str, Mapping[str, object]], chosen: list[str]) -> None:
+    """``--set`` of a suite this run does not measure would change nothing it measures, and in a board folder the
+    run takes that suite's settings from the folder's runs of it (:func:`_board_settings_kept`): refused, so a
+    setting is never silently dropped. (The shorthands apply to the run's suites that have the setting.)"""
+    for suite, values in given.items():
+        if suite not in chosen and values:
+            raise OptionError(f"--set {suite}.{next(iter(values))}: the {suite} suite is not in this run (it runs "
+                              f"{', '.join(chosen)}): add --suite {suite}, or drop the setting")
 
 
 def _refuse_new_settings(given: dict) -> None:

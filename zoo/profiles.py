@@ -139,10 +139,12 @@ def get_profile(name: str, suites: Mapping[str, "Suite"] | None = None) -> Profi
 RUN_FLAGS = {"device": "--device", "threads": "--threads", "processes": "--processes", "dtype": "--dtype"}
 
 
-def run_arguments(settings: dict, suites: Mapping[str, "Suite"]) -> list[str] | None:
+def run_arguments(settings: dict, suites: Mapping[str, "Suite"], measured=None) -> list[str] | None:
     """The ``zoo run`` options that rebuild the recorded ``settings`` from their named profile (``--profile``, each
     run-wide flag and ``--set`` for what differs from it), so a new run lands on the same board; None where no
-    option reaches a recorded setting (a run stored before settings were nested, or a seed set in Python)."""
+    option reaches a recorded setting (a run stored before settings were nested, or a seed set in Python).
+    ``measured``: the suites the command runs (None: every suite); ``--set`` only for theirs, since a run refuses a
+    setting of a suite it skips and takes that suite's settings from the board folder's runs of it."""
     if not isinstance(settings.get("suites"), dict) or settings.get("name") not in PROFILES:
         return None
     recorded, base = Profile.from_dict(settings, suites), get_profile(settings["name"], suites)
@@ -160,6 +162,8 @@ def run_arguments(settings: dict, suites: Mapping[str, "Suite"]) -> list[str] | 
         else:
             return None
     for suite, values in recorded.suites.items():
+        if measured is not None and suite not in measured:  # a run refuses those: it takes them from the folder
+            continue
         for key, value in values.items():
             if base.suites[suite].get(key) != value:
                 value = list(value) if isinstance(value, tuple) else value
