@@ -79,7 +79,7 @@ def test_plugins_lists_sources_and_failures(write_plugin):
     (["--d-model", "100", "--heads", "3"], "--d-model/--heads: the complexity suite's d_model 100 is not divisible by its heads 3"),
     (["--device", "cuda", "--memory-limit", "4"], "--memory-limit: not available with --device cuda"),
     (["--suite", "correctness", "--set", "speed.repeats=3"],  # it would change nothing the run measures
-     "--set speed.repeats: the speed suite is not in this run (it runs correctness): add --suite speed"),
+     "--set speed.repeats: the speed suite is not in this run (it runs correctness): name it among"),
     (["--set", "quality.steps=5"], "--set quality.steps: the quality suite is not in this run"),
 ])
 def test_bad_run_options_get_one_clear_line_and_status_2(tmp_path, args, message):

@@ -101,3 +101,23 @@ def test_attention_with_a_sink_is_the_sink_column_softmax_with_its_gradients(mon
     wanted = torch.autograd.grad(expected, (q, k, v, sink), cotangent)
     for name, mine, theirs in zip(("q", "k", "v", "sink"), grads, wanted):
         assert torch.isfinite(mine).all() and torch.allclose(mine, theirs, atol=1e-10), name
+
+
+def test_attention_with_a_sink_keeps_a_nan_a_float_masks_gradient_and_values_of_another_width():
+    from zoo.functional import sdpa_with_sink, softmax_with_sink
+
+    generator = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(1, 2, n, 4, dtype=torch.float64, generator=generator) for n in (3, 5))
+    sink = torch.randn(2, dtype=torch.float64, generator=generator)
+    poisoned = q.clone()
+    poisoned[0, 1, 2, 0] = float("nan")
+    out = sdpa_with_sink(poisoned, k, k, sink)
+    assert out[0, 1, 2].isnan().all() and not out[0, 0].isnan().any()  # as torch SDPA keeps it: never a quiet zero
+    bias = torch.randn(1, 2, 3, 1, dtype=torch.float64, generator=generator, requires_grad=True)  # a column to broadcast
+    wide = torch.randn(1, 2, 5, 6, dtype=torch.float64, generator=generator)  # values wider than queries and keys
+    for values in (k, wide):
+        out = sdpa_with_sink(q, k, values, sink, bias)
+        expected = softmax_with_sink(q @ k.transpose(-1, -2) / 2.0 + bias, sink) @ values
+        assert torch.allclose(out, expected, atol=1e-12)
+        (mine,), (theirs,) = (torch.autograd.grad(x.sum(), bias) for x in (out, expected))
+        assert torch.allclose(mine, theirs, atol=1e-12)  # the mask's own gradient, not a silent None

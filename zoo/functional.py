@@ -310,11 +310,14 @@ LOGSUMEXP_DEVICES = ("cpu",)
 
 def _fused_with_sink(q, k, v, sink, mask, is_causal, scale):
     """The fused CPU kernel's output and each row's logsumexp L, and the row's weight left beside the sink,
-    sigmoid(L - sink) (0 for a row with no key); the output with the sink is the kernel's times that factor."""
+    sigmoid(L - sink); the output with the sink is the kernel's times that factor. A row with no key comes back
+    from the kernel as zeros (with L = 0; a kernel that gives L = -inf instead has its row zeroed here); a NaN
+    from the inputs is kept, as torch SDPA keeps it."""
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, attn_mask=mask,
                                                                             scale=scale)
-    kept = torch.sigmoid(lse - sink.to(lse.dtype).view(1, -1, 1)).nan_to_num_(0.0).unsqueeze(-1)
-    return out.mul_(kept.to(out.dtype)).nan_to_num_(0.0), lse, kept  # a row with no key: zeros
+    empty = lse.isneginf().unsqueeze(-1)
+    kept = torch.sigmoid(lse - sink.to(lse.dtype).view(1, -1, 1)).unsqueeze(-1).masked_fill(empty, 0.0)
+    return out.mul_(kept.to(out.dtype)).masked_fill_(empty, 0.0), lse, kept
 
 
 class _FusedSinkAttention(torch.autograd.Function):
@@ -326,8 +329,7 @@ class _FusedSinkAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sink, mask, is_causal, scale):
         out, lse, kept = _fused_with_sink(q, k, v, sink, mask, is_causal, scale)
-        # a row that keeps nothing gets no gradient: at L = +inf the backward's exp(score - L) is 0 for every key
-        lse = lse.masked_fill(kept.squeeze(-1) == 0, float("inf"))
+        lse = lse.masked_fill(lse.isneginf(), float("inf"))  # a row with no key: exp(score - L) = 0, no gradient
         ctx.save_for_backward(q, k, v, out, lse, kept, mask)
         ctx.is_causal, ctx.scale, ctx.sink_dtype = is_causal, scale, sink.dtype
         return out
@@ -338,7 +340,7 @@ class _FusedSinkAttention(torch.autograd.Function):
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             (grad * kept.to(grad.dtype)).contiguous(), q, k, v, out, lse, 0.0, ctx.is_causal, attn_mask=mask,
             scale=ctx.scale)
-        rows = (grad * out).sum(-1, keepdim=True).to(kept.dtype)  # the factor times (grad . sink-free output)
+        rows = (grad.to(kept.dtype) * out.to(kept.dtype)).sum(-1, keepdim=True)  # factor x (grad . sink-free out)
         dsink = -(rows * (1 - kept)).sum(dim=(0, 2, 3)).to(ctx.sink_dtype)
         return dq, dk, dv, dsink, None, None, None
 
@@ -351,7 +353,8 @@ def sdpa_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, attn_mask: Ten
     to the scores, broadcastable like torch SDPA's; with ``is_causal`` both apply. On CPU, torch's fused kernel
     and its logsumexp (:func:`_fused_with_sink`); elsewhere, the sink as one more key on fused SDPA: heads one
     feature wider, queries ``[q, 1]``, keys ``[k, 0]`` after a sink key ``[0, s sqrt d]`` with a zero value, and a
-    zero query row first, which keeps ``is_causal`` aligned."""
+    zero query row first, which keeps ``is_causal`` aligned (also where values are narrower or wider than
+    queries, or a float mask needs its own gradient, which the fused kernel does not give)."""
     batch, heads, q_len, d = q.shape
     scale = d ** -0.5
     if q.numel() == 0 or k.shape[-2] == 0:  # no query, or only the sink to attend to (the fused CPU kernel would
@@ -366,7 +369,9 @@ def sdpa_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, attn_mask: Ten
             causal = causal_mask(q_len, k.shape[-2], q.device)
             attn_mask, is_causal = attn_mask.masked_fill(~causal, float("-inf")), False
         attn_mask = attn_mask.view(*(1,) * (4 - attn_mask.dim()), *attn_mask.shape)
-    if q.device.type in LOGSUMEXP_DEVICES:
+    fused = q.device.type in LOGSUMEXP_DEVICES and v.shape[-1] == d and not (
+        attn_mask is not None and attn_mask.requires_grad)
+    if fused:
         if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, sink)):
             return _FusedSinkAttention.apply(q, k, v, sink, attn_mask, is_causal, scale)
         return _fused_with_sink(q, k, v, sink, attn_mask, is_causal, scale)[0]  # a decode step: no graph to keep
@@ -375,10 +380,11 @@ def sdpa_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, attn_mask: Ten
     wide_k = torch.cat([sink_key, F.pad(k, (0, 1))], dim=-2)
     wide_v = F.pad(v, (0, 1, 1, 0))  # one head width for all three keeps SDPA on its fused kernel
     if attn_mask is not None:  # the sink is always allowed, so no row is empty
+        attn_mask = attn_mask.expand(*attn_mask.shape[:-1], k.shape[-2])
         attn_mask = F.pad(attn_mask, (1, 0) if attn_mask.shape[-2] == 1 else (1, 0, 1, 0), value=0.0)
     out = F.scaled_dot_product_attention(wide_q, wide_k, wide_v, attn_mask=attn_mask, is_causal=is_causal,
                                          scale=scale)
-    return out[..., 1:, :d]
+    return out[..., 1:, :v.shape[-1]]
 
 
 def softmax_with_sink(scores: Tensor, sink: Tensor) -> Tensor:

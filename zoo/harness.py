@@ -136,7 +136,7 @@ def _refuse_settings_of_skipped_suites(given: Mapping[str, Mapping[str, object]]
     for suite, values in given.items():
         if suite not in chosen and values:
             raise OptionError(f"--set {suite}.{next(iter(values))}: the {suite} suite is not in this run (it runs "
-                              f"{', '.join(chosen)}): add --suite {suite}, or drop the setting")
+                              f"{', '.join(chosen)}): name it among the run's --suite options, or drop the setting")
 
 
 def _refuse_new_settings(given: dict) -> None:
