@@ -360,15 +360,15 @@ def sdpa_with_sink(q: Tensor, k: Tensor, v: Tensor, sink: Tensor, attn_mask: Ten
     if q.numel() == 0 or k.shape[-2] == 0:  # no query, or only the sink to attend to (the fused CPU kernel would
         # divide by zero): zeros, still in the graph
         return q.new_zeros(batch, heads, q_len, v.shape[-1]) + (q.sum() + k.sum() + v.sum() + sink.sum()) * 0.0
-    if attn_mask is not None:
+    if attn_mask is not None:  # one additive mask: the fused kernels take a mask or is_causal, not both
         if attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~attn_mask,
-                                                                                                float("-inf"))
-        attn_mask = attn_mask.to(q.dtype)
-        if is_causal:  # the fused kernels take a mask or is_causal, not both
-            causal = causal_mask(q_len, k.shape[-2], q.device)
-            attn_mask, is_causal = attn_mask.masked_fill(~causal, float("-inf")), False
-        attn_mask = attn_mask.view(*(1,) * (4 - attn_mask.dim()), *attn_mask.shape)
+            allowed = combine_masks(attn_mask, is_causal, q_len, k.shape[-2], q.device)
+            attn_mask = torch.where(allowed, 0.0, float("-inf")).to(q.dtype)
+        else:
+            attn_mask = attn_mask.to(q.dtype)
+            if is_causal:
+                attn_mask = attn_mask.masked_fill(~causal_mask(q_len, k.shape[-2], q.device), float("-inf"))
+        attn_mask, is_causal = attn_mask.view(*(1,) * (4 - attn_mask.dim()), *attn_mask.shape), False
     fused = q.device.type in LOGSUMEXP_DEVICES and v.shape[-1] == d and not (
         attn_mask is not None and attn_mask.requires_grad)
     if fused:

@@ -315,12 +315,12 @@ def run_inference(variant, profile):
             except Exception as exc:  # one cell failing costs that cell
                 yield Result("decode-time", ERROR, setting, detail=describe_exception(exc), **tag)
                 continue
+            failed = cell["dropped"].pop(SHORTEST, None)
+            if failed is not None:  # out of memory beside this cell's state: not measured; else a bug
+                yield Result("decode-growth", SKIPPED if out_of_memory(failed) else ERROR,
+                             _growth_setting(batch, shortest, context), detail=f"the variant's prefill of {shortest} "
+                             f"tokens beside this cell's failed: {describe_exception(failed)}", **tag)
             for label, exc in cell["dropped"].items():
-                if label == SHORTEST:  # out of memory beside this cell's state: not measured; else a bug
-                    yield Result("decode-growth", SKIPPED if out_of_memory(exc) else ERROR,
-                                 _growth_setting(batch, shortest, context), detail=f"the variant's prefill of "
-                                 f"{shortest} tokens beside this cell's failed: {describe_exception(exc)}", **tag)
-                    continue
                 yield Result("decode-time", SKIPPED if out_of_memory(exc) else ERROR, setting, detail=f"decoder "
                              f"baseline {label!r} not timed: its prefill failed ({describe_exception(exc)})",
                              versus=label, **tag)
