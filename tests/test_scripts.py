@@ -1,0 +1,56 @@
+"""The maintainers' scripts: scripts/reproducibility reads a folder's last runs as their boards stood."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from zoo.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+CARD = {"plugin": "test", "card": {"summary": "s", "family": "softmax", "kind": "core", "tags": {}}}
+
+
+def _run(store: Store, started: str, ratios: dict[str, float], width: float) -> str:
+    """A stored run: each variant passed correctness and was timed at n = 64 at ``ratios`` x torch SDPA, its
+    interval ``width`` of its value."""
+    run = store.start_run({"name": "quick", "reference_length": 64}, {"device": "cpu", "cpu": "test"}, started)
+    for variant, ratio in ratios.items():
+        store.record_job(run, variant, "correctness", "done", 0.1, CARD,
+                         [{"check": "reference-float64", "status": "passed", "setting": "s", "value": 1e-16}])
+        cell = {"n": 64, "mode": "full", "phase": "fwd+bwd"}
+        store.record_job(run, variant, "speed", "done", 0.1, CARD, [
+            {"check": "time-ratio", "status": "measured", "value": ratio, "versus": "torch-sdpa",
+             "low": ratio * (1 - width / 2), "high": ratio * (1 + width / 2), **cell},
+            {"check": "time", "status": "measured", "value": 0.01 * ratio, "low": 0.01 * ratio * (1 - width / 2),
+             "high": 0.01 * ratio * (1 + width / 2), **cell}])
+    store.finish_run(run, started)
+    return run
+
+
+def _reproducibility(folder: Path) -> str:
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "reproducibility"), "--out", str(folder)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_reproducibility_names_a_cell_that_moved_unmarked_and_a_reversed_order(tmp_path):
+    store = Store(tmp_path / "results.sqlite")
+    for started, ratios in (("2026-01-01 00:00:00", {"dot-product": 1.0, "linear": 1.5}),
+                            ("2026-01-01 01:00:00", {"dot-product": 1.0, "linear": 1.5}),
+                            ("2026-01-01 02:00:00", {"dot-product": 1.6, "linear": 1.5})):
+        _run(store, started, ratios, width=0.02)
+    out = _reproducibility(tmp_path)
+    assert ("speed time-ratio: 2 cells in every run; CV median 0.118, largest 0.236; 1 cells more than 5% from the "
+            "median of the runs, 1 of them unmarked on some board") in out
+    assert "0.600 off: dot-product torch-sdpa full fwd+bwd 64; marked [False, False, False]" in out
+    assert "tied on neither: [(1, 3, 'dot-product', 'linear'), (2, 3, 'dot-product', 'linear')]" in out
+
+
+def test_reproducibility_counts_a_marked_move_apart_and_keeps_ties(tmp_path):
+    store = Store(tmp_path / "results.sqlite")
+    for started, ratio in (("2026-01-01 00:00:00", 1.0), ("2026-01-01 01:00:00", 1.0), ("2026-01-01 02:00:00", 1.2)):
+        _run(store, started, {"dot-product": ratio, "linear": 1.1}, width=0.5)  # wide: marked varies, tied
+    out = _reproducibility(tmp_path)
+    assert "1 cells more than 5% from the median of the runs, 0 of them unmarked on some board" in out
+    assert "tied on neither: none" in out
