@@ -49,21 +49,25 @@ class GatedDeltaNet(nn.Module):
     def project(self, query, key, value):
         """Per head (batch, heads, n, d): L2-normalised queries scaled by 1/sqrt(d), L2-normalised keys, values;
         per head (batch, heads, n): the writing strength beta and the log decay, both read from the key input
-        (the token written at t)."""
-        h = self.num_heads
-        q, k = (F.normalize(split_heads(F.silu(layer(x)), h), dim=-1)
+        (the token written at t). All in float32 at least after the input projections, as the paper's kernels
+        compute: in bfloat16, the rounding of q through SiLU, the norm and the scale took one case's output to
+        twice plain torch's error of the recurrence."""
+        h, work = self.num_heads, torch.promote_types(query.dtype, torch.float32)
+        q, k = (F.normalize(split_heads(F.silu(layer(x).to(work)), h), dim=-1)
                 for layer, x in ((self.q_proj, query), (self.k_proj, key)))
-        v = split_heads(F.silu(self.v_proj(value)), h)
-        beta = torch.sigmoid(self.b_proj(key)).transpose(1, 2)
-        log_alpha = (-torch.exp(self.A_log) * F.softplus(self.a_proj(key) + self.dt_bias)).transpose(1, 2)
+        v = split_heads(F.silu(self.v_proj(value).to(work)), h)
+        beta = torch.sigmoid(self.b_proj(key).to(work)).transpose(1, 2)
+        log_alpha = (-torch.exp(self.A_log.to(work)) * F.softplus(self.a_proj(key).to(work) + self.dt_bias.to(work))
+                     ).transpose(1, 2)
         return q / math.sqrt(q.shape[-1]), k, v, beta, log_alpha
 
     def forward(self, query, key, value, attn_mask=None, is_causal=True):
         return self.output(chunkwise(*self.project(query, key, value), self.chunk, ut_transform)[0])
 
     def output(self, heads):
-        """Each head's output RMS-normalised (no affine), the heads merged and projected."""
-        return self.out_proj(merge_heads(F.rms_norm(heads, heads.shape[-1:], eps=self.eps)))
+        """Each head's output RMS-normalised (no affine, in the heads' precision), the heads merged and projected."""
+        normed = F.rms_norm(heads, heads.shape[-1:], eps=self.eps).to(self.out_proj.weight.dtype)
+        return self.out_proj(merge_heads(normed))
 
 
 def decays(within, diagonal):
@@ -156,8 +160,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=True):
 def prefill(module, query, key, value, key_mask=None):
     """The chunkwise forward over the prompt, and the state it leaves (float32 at least)."""
     refuse_key_mask("gated-deltanet", key_mask)
-    dtype = torch.promote_types(query.dtype, torch.float32)
-    out, state = chunkwise(*module.project(*(x.to(dtype) for x in (query, key, value))), module.chunk, ut_transform)
+    out, state = chunkwise(*module.project(query, key, value), module.chunk, ut_transform)
     return module.output(out).to(query.dtype), {"state": state}
 
 
@@ -165,7 +168,7 @@ def step(module, state, query, key, value, key_mask=None):
     """The next token, in place: S <- alpha S, u = beta (v - S^T k), S <- S + k u^T, o = RMSNorm(S^T q)."""
     refuse_key_mask("gated-deltanet", key_mask)
     s = state["state"]
-    q, k, v, beta, log_alpha = module.project(*(x.to(s.dtype) for x in (query, key, value)))
+    q, k, v, beta, log_alpha = module.project(query, key, value)
     s.mul_(torch.exp(log_alpha).unsqueeze(-1))
     new = beta.unsqueeze(-1) * (v - k @ s)
     s.add_(k.transpose(-1, -2) @ new)
