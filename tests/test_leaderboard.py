@@ -105,6 +105,8 @@ def test_line_end_labels_never_overlap_and_every_line_looks_different():
     assert len(set(styles.values())) == 40 and len({styles[n][0] for n in names[:14]}) == 14  # colours first
     assert len({style[0] for style in variant_styles(list(BUILTINS)).values()}) == len(BUILTINS)  # the built-ins
     assert variant_styles(["windowed", "linear"])["linear"] == variant_styles(["linear", "windowed"])["linear"]
+    every = variant_styles(list(BUILTINS))  # a built-in looks the same on a board of a few of them (the long board)
+    assert all(variant_styles(list(BUILTINS)[::3] + ["third-party"])[v] == every[v] for v in list(BUILTINS)[::3])
 
 
 def test_targets_are_judged_in_both_directions_and_older_cards_without_at_least_still_read():
@@ -269,3 +271,28 @@ def test_a_plot_drawn_again_from_the_same_runs_keeps_the_committed_bytes(tmp_pat
     assert _as_drawn_before(tmp_path / "none.png", _png(rounded)) == _png(rounded)
     (tmp_path / "broken.png").write_bytes(b"not a picture")
     assert _as_drawn_before(tmp_path / "broken.png", _png(rounded)) == _png(rounded)
+
+
+def test_which_should_i_use_offers_no_approximation_over_its_error_ceiling_and_says_which_it_passed_over(monkeypatch):
+    """The fastest approximation is offered only when its error is measured and within the ceiling; otherwise the
+    answer names it, its figure and why it is not offered, and offers the best one within."""
+    import zoo.ranking as ranking
+    from zoo.suite import Axis
+
+    def figures(ratio, error):
+        return {"time": Axis("time", ratio, "lower", f"{ratio}x", use="training"),
+                "error": Axis("error", error, "lower", "not measured" if error is None else f"{error}", ceiling=0.5)}
+
+    known = {"exact": figures(0.6, 0.0), "loose": figures(0.2, 0.93), "close": figures(0.4, 0.3),
+             "unknown": figures(0.1, None)}
+
+    def answer(variants):
+        monkeypatch.setattr(ranking, "figures_of", lambda board, names: {v: known[v] for v in names})
+        rows = [{"variant": v, "class": "exact" if v == "exact" else "approximates softmax"} for v in variants]
+        [one] = ranking.advice(None, {"core": rows})
+        return [pick.variant for pick in one.picks], one.passed_over
+
+    assert answer(["exact", "loose", "close", "unknown"]) == (
+        ["exact", "close"], "unknown (0.1x): error: not measured (its ceiling: 0.5)")
+    assert answer(["exact", "loose"]) == (["exact"], "loose (0.2x): error: 0.93, over its ceiling of 0.5")
+    assert answer(["exact", "close"]) == (["exact", "close"], "")

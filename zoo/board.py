@@ -45,7 +45,7 @@ def cell(value) -> str:
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return ""
     text = CONTROL_CHARACTERS.sub("\ufffd", " ".join(str(value).split()))  # NUL, ESC: no terminal tricks
-    return (html.escape(text, quote=False).replace("|", "&#124;").replace("`", "&#96;")
+    return (html.escape(text, quote=False).replace("|", "&#124;").replace("`", "'")  # no code span: quotes read
             .replace("](", "&#93;("))  # no link or image of a plugin's making (footnote marks [1] stay)
 
 

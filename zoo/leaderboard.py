@@ -22,7 +22,7 @@ from .checks import MEASURED
 from .contract import Target
 from .export import EXPORT
 from .folder import BoardFolder
-from .ranking import advice, gate_sentence, ranked_tables, stale_lines, standing_text, unranked_lines, why_unranked
+from .ranking import advice, ceilings, gate_sentence, ranked_tables, stale_lines, standing_text, unranked_lines, why_unranked
 from .store import RESULT_COLUMNS, Store, device_kind
 from .suite import Section, Suite, generic_section, upgrade_name
 
@@ -215,7 +215,7 @@ def _readme(board: Board, tables, answers, unranked, sections: list[Section], pl
         "",
         markdown_table(pd.DataFrame([{"": k, "value": v} for k, v in {"run": board.run_id, **board.environment}.items()])),
         "",
-        *_advice_lines(answers),
+        *_advice_lines(answers, ceilings(board, tables)),
         "## Leaderboard",
         "",
         *[line for paragraph in _intro(board) for line in (paragraph, "")],
@@ -241,8 +241,10 @@ ADVICE_INTRO = ("Computed from this board's ranked variants (none typed by hand)
                 "tables below.")
 
 
-def _advice_lines(answers) -> list[str]:
-    return ["## Which should I use?", "", ADVICE_INTRO, "", *[f"- {cell(a.sentence())}" for a in answers], ""] \
+def _advice_lines(answers, limits: list[str]) -> list[str]:
+    held = (f" A variant is offered only within these ceilings, whatever its speed: {'; '.join(limits)} (measured: "
+            "an approximation whose error is unknown is not offered either).") if limits else ""
+    return ["## Which should I use?", "", ADVICE_INTRO + held, "", *[f"- {cell(a.sentence())}" for a in answers], ""] \
         if answers else []
 
 

@@ -116,14 +116,24 @@ def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: s
     return save(plt, fig, name)
 
 
-def variant_styles(variants: list[str]) -> dict[str, tuple]:
-    """Each variant's colour, marker and line style, from its name (so it looks the same on every board that has
-    the same variants): the colour its name hashes to or, where another name on the plot has it, the next free
-    one (colours repeat only past their number, with another marker)."""
+def builtin_variants() -> list[str]:
+    """The built-in variants' names (the default registry's, loaded already where a board is drawn)."""
+    from .api import default_registry
+
+    return sorted(name for name, variant in default_registry().variants.items()
+                  if variant.origin is not None and variant.origin.kind == "builtin")
+
+
+def variant_styles(variants: list[str], builtins: list[str] | None = None) -> dict[str, tuple]:
+    """Each variant's colour, marker and line style, from its name: the colour its name hashes to or, where a name
+    placed before it has that one, the next free one (colours repeat only past their number, with another marker).
+    The built-ins (``builtins``, default :func:`builtin_variants`) are placed first, all of them, so each has the
+    same style on every board, whichever variants it shows; other names follow in order."""
     import zlib
 
+    builtins = builtin_variants() if builtins is None else sorted(builtins)
     used, styles = set(), {}
-    for variant in sorted(variants):
+    for variant in builtins + sorted(set(variants) - set(builtins)):
         code = zlib.crc32(variant.encode())
         colour = code % len(COLORS)
         for step in range(len(COLORS)):
@@ -133,25 +143,37 @@ def variant_styles(variants: list[str]) -> dict[str, tuple]:
         used = used | {colour} if len(used) + 1 < len(COLORS) else set()
         styles[variant] = (COLORS[colour], MARKERS[(code // len(COLORS)) % len(MARKERS)],
                            LINE_STYLES[(code // (len(COLORS) * len(MARKERS))) % len(LINE_STYLES)])
-    return styles
+    return {variant: styles[variant] for variant in variants}
 
 
 def label_points(ax, points, fontsize: int = 8):
-    """Each point named beside it; a label that would overlap one already placed moves up a line at a
-    time (with a leader line to its point), so no two labels collide."""
+    """Each point named beside it: to its right, else a line at a time above or below, else to its left (with a
+    leader line where it moved), the first place that overlaps no label already placed and stays inside the axes,
+    so no two labels collide and none covers the title; where no such place is left, above the others."""
     fig = ax.figure
     fig.canvas.draw()  # the axes' limits and scales are final: data -> pixels is fixed
     placed = []
     line = fontsize * 1.3 * fig.dpi / 72
+    frame = ax.bbox
+
+    def free(left, bottom, width):
+        return (frame.x0 <= left and left + width <= frame.x1 and frame.y0 <= bottom and bottom + line <= frame.y1
+                and not any(left < r and left + width > l and bottom < t and bottom + line > b
+                            for l, b, r, t in placed))
+
     for x, y, text in sorted(points, key=lambda p: (p[1], p[0])):
         px, py = ax.transData.transform((x, y))
         width = len(text) * fontsize * 0.6 * fig.dpi / 72
-        left, bottom = px + 5, py + 3
-        while any(left < r and left + width > l and bottom < t and bottom + line > b for l, b, r, t in placed):
+        shifts = [0] + [sign * step for step in range(1, 7) for sign in (1, -1)]
+        spots = [(px + 5, py + 3 + k * line) for k in shifts] + [(px - 5 - width, py + 3 + k * line) for k in shifts]
+        left, bottom = next(((l, b) for l, b in spots if free(l, b, width)), (px + 5, py + 3))
+        while not free(left, bottom, width) and any(left < r and left + width > l and bottom < t and bottom + line > b
+                                                    for l, b, r, t in placed):
             bottom += line
         placed.append((left, bottom, left + width, bottom + line))
         ax.annotate(text, (x, y), xytext=(left - px, bottom - py), textcoords="offset pixels", fontsize=fontsize,
-                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5) if bottom > py + 3 else None)
+                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5) if (left, bottom) != (px + 5, py + 3)
+                    else None)
     return placed
 
 

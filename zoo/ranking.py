@@ -186,23 +186,27 @@ class Pick:
 
 @dataclass
 class Advice:
-    """The answer for one kind and one use: ``by`` the figure it is judged on, ``picks`` best exact first."""
+    """The answer for one kind and one use: ``by`` the figure it is judged on, ``picks`` best exact first;
+    ``passed_over``: the variant best on that figure when it is not offered, and why (a figure over its ceiling)."""
 
     kind: str
     use: str
     by: str
     picks: list[Pick]
+    passed_over: str = ""
 
     def sentence(self) -> str:
         """The answer as one line of the board."""
         return f"{KIND_TITLES[self.kind].split(' (')[0]}, {self.use} (by {self.by}): " + "; or ".join(
-            pick.sentence() for pick in self.picks) + "."
+            pick.sentence() for pick in self.picks) + (f"; not offered: {self.passed_over}" if self.passed_over
+                                                      else "") + "."
 
 
 def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
     """'Which should I use?', from the ranked variants' figures: per kind and per use (each figure that is a reason
     to choose), the best exact variant and, when an approximation is better on it, that one too; each with what it
-    costs: the figures it trails its kind's best on."""
+    costs: the figures it trails its kind's best on. A variant over a figure's ceiling (:meth:`Axis.admits`) is not
+    offered; when it would have been the best, the answer names it and why."""
     answers = []
     for kind, rows in tables.items():
         variants = [row["variant"] for row in rows]
@@ -212,12 +216,31 @@ def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
         costs = sorted({axis.name for v in variants for axis in figures[v].values() if not axis.use})
         for name, use in uses.items():
             measured = _measured(name, variants, figures)
-            picks = dict.fromkeys(p for p in (_best(name, [v for v in measured if v in exact], figures),
-                                              _best(name, measured, figures)) if p)
+            offered = [v for v in measured if all(axis.admits() for axis in figures[v].values())]
+            picks = dict.fromkeys(p for p in (_best(name, [v for v in offered if v in exact], figures),
+                                              _best(name, offered, figures)) if p)
+            best = _best(name, measured, figures)
             if picks:
                 answers.append(Advice(kind, use, name, [Pick(v, v in exact, figures[v][name].text,
-                                                             _costs(v, costs, variants, figures)) for v in picks]))
+                                                             _costs(v, costs, variants, figures)) for v in picks],
+                                      "" if best in picks else _passed_over(best, name, figures[best])))
     return answers
+
+
+def ceilings(board: Board, tables: dict[str, list[dict]]) -> list[str]:
+    """The ceilings the answers to 'which should I use?' hold to, as the board states them: 'approximation error,
+    n=1024 at most 0.5'."""
+    found = {axis.name: axis.ceiling for rows in tables.values() for row in rows
+             for axis in axes_of(board, row["variant"]) if axis.ceiling is not None}
+    return [f"{name} at most {ceiling:g}" for name, ceiling in found.items()]
+
+
+def _passed_over(variant: str, name: str, figures: dict[str, Axis]) -> str:
+    """'linear (0.222x): approximation error, n=1024 0.93 (of softmax), over its ceiling of 0.5'."""
+    over = [f"{axis.name}: {axis.text}" + (", over its ceiling of " f"{axis.ceiling:g}" if axis.value is not None
+                                          else f" (its ceiling: {axis.ceiling:g})")
+            for axis in figures.values() if not axis.admits()]
+    return f"{variant} ({figures[name].text}): {'; '.join(over)}"
 
 
 def _best(name: str, variants: list[str], figures) -> str | None:

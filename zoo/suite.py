@@ -103,11 +103,18 @@ class Axis:
     text: str
     use: str = ""
     tie: float = 0.0  # a difference no larger than this is no difference (a fitted exponent's, a score's noise)
+    ceiling: float | None = None  # a cost beyond which the variant is not offered as an answer, whatever its speed
 
     def beats(self, other: "Axis") -> bool:
         """Better than ``other`` by more than ``tie`` (both measured)."""
         margin = other.value - self.value if self.better == "lower" else self.value - other.value
         return margin > self.tie
+
+    def admits(self) -> bool:
+        """Whether a variant with this figure may be offered as an answer to "which should I use?": a figure with a
+        ``ceiling`` must be measured and at most that (an approximation whose error is unknown or too large is not
+        a recommendation, however fast)."""
+        return self.ceiling is None or (self.value is not None and self.value <= self.ceiling)
 
 
 @dataclass(frozen=True)

@@ -741,6 +741,32 @@ def settle(settings: dict) -> dict:
             "state_contexts": tuple(sorted(set(settings["state_contexts"])))}
 
 
+def details(board, variant) -> list:
+    """The variant page's decoding: per batch and context, the state a sequence keeps, the time per generated token,
+    its ratio to the standard decode and the fraction of the read bandwidth a step reaches; or why it does not
+    decode."""
+    card = board.card(variant)
+    if not card.get("decoder_growth"):
+        reason = card.get("decoder_absent")
+        return [zoo.Table("Decoding", ["why it does not decode"], [{"why it does not decode": reason}])] if reason \
+            else []
+    mode, standard = mode_of_card(board, variant), STANDARD[board.kind(variant)]
+    rows = []
+    for batch in _batches(board):
+        for n in _contexts(board):
+            t = board.value(variant, "decode-time", mode, DECODE, n, batch=batch)
+            state = board.value(variant, "state-bytes", mode, DECODE, n, batch=batch)
+            if t is None and state is None:
+                continue
+            x = board.value(variant, "decode-ratio", mode, DECODE, n, versus=standard, batch=batch)
+            fraction = board.value(variant, "read-fraction", mode, DECODE, n, batch=batch)
+            rows.append({"batch": batch, "context": n, "state": _fmt_bytes(state),
+                         "time per token": _fmt_token(t) if t is not None else "not timed",
+                         f"x {STANDARD_LABELS[standard]}": fmt_x(x) if x is not None else "-",
+                         "of read bandwidth": f"{fraction:.0%}" if fraction is not None else "-"})
+    return [zoo.Table("Decoding", list(rows[0]), rows)] if rows else []
+
+
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "decoding token by token after a prompt: the state each sequence keeps, the time per generated token "
     "against the standard KV-cache decode, and the fraction of the machine's memory bandwidth a step reaches",
@@ -762,7 +788,7 @@ SUITE_DEFINITION = zoo.Suite(
                     "median of per-turn ratios of the variant's two decodes taking turns", "ratio"),
         zoo.Measure("state-growth", "counted state at the longest timed context / at the shortest", "ratio"),
         zoo.Measure("read-bandwidth", "this machine's memory read rate, measured in the same process", "GB/s")),
-    section=section, columns=columns, axes=axes, order=35, settle=settle,
+    section=section, columns=columns, details=details, axes=axes, order=35, settle=settle,
     settings={
         "batches": (1, 16), "contexts": (1024, 4096), "d_model": 512, "heads": 8,
         # timed generated tokens per cell and process, each step after a flush of the caches, the two decodes taking

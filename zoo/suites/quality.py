@@ -460,18 +460,19 @@ def _recall_plot(curve):
     if curve.empty:
         return None
     plt = plots_.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (variant, series) in enumerate(curve.groupby("variant")):
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    styles = plots_.variant_styles(sorted(set(curve.variant)))  # each variant as it looks on every other plot
+    for variant, series in curve.groupby("variant"):
         series = series.sort_values("n")
-        ax.plot(series.n.astype(float), series.value, marker=plots_.MARKERS[i % len(plots_.MARKERS)],
-                linestyle=plots_.LINE_STYLES[i % len(plots_.LINE_STYLES)], label=variant)
+        color, marker, dashes = styles[variant]
+        ax.plot(series.n.astype(float), series.value, color=color, marker=marker, linestyle=dashes, label=variant)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(curve.n.astype(float))), [str(int(p)) for p in sorted(set(curve.n))])
     ax.set_xlabel("key-value pairs to recall (key vocabulary grows with them; model width fixed)")
     ax.set_ylabel("recall accuracy on fresh examples")
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the data, not on it
     return plots_.save(plt, fig, "recall-vs-pairs.png")
 
 

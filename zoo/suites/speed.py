@@ -376,6 +376,10 @@ def _error_sweeps(variant, profile):
 # --- on the board ---------------------------------------------------------------------------------------
 
 RANK_PHASE = "fwd+bwd"  # what variants are ranked by, at the run's reference length, in their primary mode
+ADVICE_ERROR_CEILING = 0.5
+"""The largest approximation error (normalised: 0 exact, 1 no better than each query's mean of the values) at which
+an approximation is still offered as an answer to "which should I use?": nearer the function it approximates than
+halfway to the trivial answer. It is ranked either way, among approximations."""
 
 
 def _versus(board, variant) -> str:
@@ -469,13 +473,18 @@ def details(board, variant) -> list:
     mine = board.rows(variant=variant)
     mine = mine[(mine.check == "time") & (mine.versus == "")].dropna(subset=["value"])
     versus, label = _versus(board, variant), best_known(board.card(variant))
+    target = approximates(board.card(variant))
     rows = []
     for r in mine.sort_values(["mode", "phase", "n"]).itertuples():
         ratio = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=versus)
         peer = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=label) if label else None
-        rows.append({"mode": r.mode, "phase": r.phase, "n": int(r.n), "time": fmt_ms(r.value),
-                     f"x {COMPARATOR_LABELS.get(versus, versus)}": fmt_x(ratio) if ratio is not None else "not timed",
-                     f"x best known ({label or 'none declared'})": fmt_x(peer) if peer is not None else "-"})
+        row = {"mode": r.mode, "phase": r.phase, "n": int(r.n), "time": fmt_ms(r.value),
+               f"x {COMPARATOR_LABELS.get(versus, versus)}": fmt_x(ratio) if ratio is not None else "not timed",
+               f"x best known ({label or 'none declared'})": fmt_x(peer) if peer is not None else "-"}
+        if target is not None:  # an approximation's speed is never shown without its cost in accuracy
+            error = board.value(variant, "approximation-error", r.mode, "fwd", r.n)
+            row[f"approximation error (of {target})"] = f"{error:.2f}" if error is not None else "not measured"
+        rows.append(row)
     return [zoo.Table("Times per length", list(rows[0]), rows)] if rows else []
 
 
@@ -492,7 +501,7 @@ def axes(board, variant) -> list[zoo.Axis]:
     causal = _ratio_cell(board, variant, RANK_PHASE, n, mode="causal")
     return [zoo.Axis(column, full[0], "lower", full[1], use=f"non-causal training and encoding at n={n}"),
             zoo.Axis(f"causal {column}", causal[0], "lower", causal[1], use=f"causal training and prefill at n={n}"),
-            zoo.Axis(f"approximation error, n={n}", error, "lower", error_text, tie=0.01)]
+            zoo.Axis(f"approximation error, n={n}", error, "lower", error_text, tie=0.01, ceiling=ADVICE_ERROR_CEILING)]
 
 
 def _approximation_missing(board, variant, n) -> str:
