@@ -108,8 +108,9 @@ def _allowed(logits, key_mask):
 
 
 def prefill(module, query, key, value, key_mask=None):
-    """The causal forward over the prompt, and the state its allowed keys leave, kept relative to their largest
-    logit (-inf for none: the first allowed key of a step then sets it)."""
+    """The causal forward over the prompt, and the state its allowed keys leave: sum phi(k)^T [v, 1] per head (the
+    normaliser as a ones column beside the values), kept relative to the keys' largest logit (-inf for none: the
+    first allowed key of a step then sets it)."""
     q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
     fq, v = module.query_features(q), v.to(torch.promote_types(v.dtype, torch.float32))
     mask = None if key_mask is None else key_mask[:, None, None, :]
@@ -119,27 +120,32 @@ def prefill(module, query, key, value, key_mask=None):
     shift = logits.amax(dim=(-2, -1), keepdim=True) if logits.shape[-2] else \
         logits.new_full((*logits.shape[:2], 1, 1), -math.inf)
     fk = torch.exp(logits - shift.masked_fill(torch.isinf(shift), 0.0))
-    state = {"kv": fk.transpose(-2, -1) @ v, "normaliser": fk.sum(-2).unsqueeze(-1), "shift": shift}
+    state = {"kv": fk.transpose(-2, -1) @ F.pad(v, (0, 1), value=1.0), "shift": shift}
     return merge_heads(out.to(query.dtype)), state
 
 
 def step(module, state, query, key, value, key_mask=None):
     """The next token: the shift raised to its key's largest logit where that is larger (never by a padding key)
-    and the state rescaled by exp(old - new), exactly 1 where it stays; numerator and normaliser scale alike, so
-    the outputs are the forward's. Then its features times its value are added in place and its query reads
-    the state."""
-    kv, normaliser, shift = state["kv"], state["normaliser"], state["shift"]
+    and the state rescaled by exp(old - new), exactly 1 where it stays (0 for an empty state, whose shift is -inf);
+    numerator and normaliser scale alike, so the outputs are the forward's. Then its features times [v, 1] are
+    added in place and its query reads the state, numerator and normaliser in one product. The query's and the
+    key's logits come from one projection."""
+    kv, shift = state["kv"], state["shift"]
     q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
-    logits = _allowed(module.logits(k), key_mask)
-    raised = torch.maximum(shift, logits.amax(dim=-1, keepdim=True))
-    known = torch.isfinite(raised)  # -inf: no allowed key yet, the state is all zeros
-    rescale = torch.where(known, torch.exp(shift - raised), 1.0)
-    fk = torch.exp(logits - raised.masked_fill(~known, 0.0)).transpose(-2, -1)  # (b, h, m, 1)
-    kv.mul_(rescale).addcmul_(fk, v.to(kv.dtype))
-    normaliser.mul_(rescale).add_(fk)
+    q_logits, logits = module.logits(torch.cat((q, k), dim=-2)).split((q.shape[-2], k.shape[-2]), dim=-2)
+    if key_mask is None:  # the key's logits are finite, so is the raised shift
+        raised = torch.maximum(shift, logits.amax(dim=-1, keepdim=True))
+        rescale, fk = torch.exp(shift - raised), torch.exp(logits - raised)
+    else:
+        logits = _allowed(logits, key_mask)
+        raised = torch.maximum(shift, logits.amax(dim=-1, keepdim=True))
+        known = torch.isfinite(raised)  # -inf: no allowed key yet, the state is all zeros
+        rescale = torch.where(known, torch.exp(shift - raised), 1.0)
+        fk = torch.exp(logits - raised.masked_fill(~known, 0.0))
+    kv.mul_(rescale).addcmul_(fk.transpose(-2, -1), F.pad(v.to(kv.dtype), (0, 1), value=1.0))
     shift.copy_(raised)
-    fq = module.query_features(q)
-    numerator, denominator = fq @ kv, fq @ normaliser
+    both = torch.exp(q_logits - q_logits.amax(dim=-1, keepdim=True)) @ kv  # phi(q) shifted by its own largest logit
+    numerator, denominator = both[..., :-1], both[..., -1:]
     out = numerator / denominator.masked_fill(denominator == 0, 1.0)
     return merge_heads(out.to(query.dtype)), state
 

@@ -7,16 +7,31 @@ Hugging Face. Positions count from 0 in the queries and in the keys (top-left, l
 Decoding caches the keys already rotated: a key's rotation depends on its own position only.
 """
 
+from types import SimpleNamespace
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import cached_attention, masked_sdpa, merge_heads, project_qkv, split_heads
+from zoo.functional import cached_attention, masked_sdpa, merge_heads, split_heads
 from zoo.reference import linear, reference_mask, softmax_attention
 
 
 def rotate(x, cos, sin):
-    """x * cos + rotate_half(x) * sin on (..., seq, d), with cos/sin of shape (seq, d)."""
+    """x * cos + rotate_half(x) * sin on (..., d), with ``cos`` (..., d) and ``sin`` the half table (..., d/2) (sin
+    repeats across the halves): the product with cos, then each half's multiply-add in place, three passes where
+    the textbook form takes a negation, a concatenation, two products and a sum (and a flip of the halves takes a
+    slow strided copy)."""
+    half = x.shape[-1] // 2
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], sin, value=-1)
+    out[..., half:].addcmul_(x[..., :half], sin)
+    return out
+
+
+def rotate_half_textbook(x, cos, sin):
+    """x * cos + rotate_half(x) * sin as Hugging Face's Llama writes it, with the plain sin table."""
     first, second = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-second, first), dim=-1) * sin
 
@@ -31,17 +46,18 @@ class RotaryMultiHeadAttention(nn.Module):
         if isinstance(base, bool) or not isinstance(base, (int, float)) or base <= 1:
             raise ValueError(f"base must be a number above 1, got {base!r}")
         self.d_model, self.num_heads, self.base = d_model, num_heads, float(base)
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # query, key and value weights packed, as in
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)       # nn.MultiheadAttention: no per-call concatenation
         self.register_buffer("inv_freq", base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim),
                              persistent=False)
         self._tables: dict = {}  # (device, dtype) -> cos, sin tables from position 0 (see tables)
 
     def angles(self, length: int, like: torch.Tensor, start: int = 0):
-        """cos and sin of every (position, feature) angle for positions start.., (length, head_dim), in ``like``'s
-        dtype."""
+        """cos of every (position, feature) angle for positions start.., (length, head_dim), and sin of each pair's,
+        (length, head_dim / 2) (see :func:`rotate`), in ``like``'s dtype."""
         positions = torch.arange(start, start + length, device=like.device, dtype=torch.float64)
-        angles = torch.outer(positions, self.inv_freq.to(like.device, torch.float64)).repeat(1, 2)
-        return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
+        angles = torch.outer(positions, self.inv_freq.to(like.device, torch.float64))
+        return angles.cos().repeat(1, 2).to(like.dtype), angles.sin().to(like.dtype)
 
     def tables(self, length: int, like: torch.Tensor):
         """:meth:`angles` from position 0, computed once per device and dtype for the longest length asked so far
@@ -53,13 +69,31 @@ class RotaryMultiHeadAttention(nn.Module):
         return cached[0][:length], cached[1][:length]
 
     def projections(self, query, key, value):
-        q, k, v = project_qkv((self.q_proj, self.k_proj, self.v_proj), query, key, value)
+        """Queries, keys and values split into heads, (batch, heads, seq, head_dim) each, not yet rotated."""
+        if query is key and key is value:
+            q, k, v = self.in_proj(query).chunk(3, dim=-1)
+        else:
+            biases = (None,) * 3 if self.in_proj.bias is None else self.in_proj.bias.chunk(3)
+            q, k, v = (F.linear(x, w, b) for x, w, b in zip((query, key, value), self.in_proj.weight.chunk(3), biases))
         return tuple(split_heads(x, self.num_heads) for x in (q, k, v))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
-        q, k, v = self.projections(query, key, value)
-        q, k = (rotate(x, *self.tables(x.shape[-2], x)) for x in (q, k))
+        if query is key and key is value:  # self-attention: queries and keys rotated as one tensor, in one pass
+            batch, length, _ = query.shape
+            qkv = self.in_proj(query).view(batch, length, 3, self.num_heads, -1)
+            cos, sin = (table[:, None, None] for table in self.tables(length, qkv))
+            q, k = rotate(qkv[:, :, :2], cos, sin).unbind(2)
+            q, k, v = (x.transpose(1, 2) for x in (q, k, qkv[:, :, 2]))
+        else:
+            q, k, v = self.projections(query, key, value)
+            q, k = (rotate(x, *self.tables(x.shape[-2], x)) for x in (q, k))
         return self.out_proj(merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal)))
+
+
+def _layers(module):
+    """The query, key and value projections as (weight, bias) pairs sliced from the packed one."""
+    biases = (None,) * 3 if module.in_proj.bias is None else module.in_proj.bias.chunk(3)
+    return [SimpleNamespace(weight=w, bias=b) for w, b in zip(module.in_proj.weight.chunk(3), biases)]
 
 
 def reference(module, query, key, value, attn_mask=None, is_causal=False):
@@ -78,7 +112,7 @@ def reference(module, query, key, value, attn_mask=None, is_causal=False):
 
     h = module.num_heads
     q, k, v = (linear(x, layer).unflatten(-1, (h, -1)).transpose(1, 2)
-               for x, layer in ((query, module.q_proj), (key, module.k_proj), (value, module.v_proj)))
+               for x, layer in zip((query, key, value), _layers(module)))
     width = q.shape[-1]
     q = torch.einsum("bhpi,pij->bhpj", q, rotation_matrices(q.shape[2], width))
     k = torch.einsum("bhpi,pij->bhpj", k, rotation_matrices(k.shape[2], width))
@@ -122,20 +156,21 @@ def complex_rotation(module):
 
 
 def cached_tables(module):
-    """The best plain-torch form known: one fused projection for self-attention (the three weights as one
-    matrix, as the module's own), cos and sin tables computed once per length and reused, the rotate-half product,
-    then SDPA."""
+    """Hugging Face's Llama form with the usual speed-ups: one packed projection for self-attention (the module's
+    own), cos and sin tables computed once per length and reused, the textbook rotate-half product on queries and
+    keys apart, then SDPA."""
     tables = {}
 
     def angles(length, like):
         key = (length, like.device, like.dtype)
         if key not in tables:
-            tables[key] = module.angles(length, like)
+            cos, sin = module.angles(length, like)
+            tables[key] = cos, sin.repeat(1, 2)  # the full-width sin table
         return tables[key]
 
     def run(query, key, value, attn_mask=None, is_causal=False):
         q, k, v = module.projections(query, key, value)
-        q, k = (rotate(x, *angles(x.shape[-2], x)) for x in (q, k))
+        q, k = (rotate_half_textbook(x, *angles(x.shape[-2], x)) for x in (q, k))
         return module.out_proj(merge_heads(masked_sdpa(q, k, v, attn_mask, is_causal)))
 
     return run
