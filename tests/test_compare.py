@@ -70,3 +70,16 @@ def test_status_changes_of_runs_without_rows_is_empty():
 
     empty = pd.DataFrame(columns=["variant", "suite", "check", "versus", "setting", "status"])
     assert status_changes(empty, empty).empty
+
+
+def test_a_negative_fitted_exponent_that_moved_is_explained_and_a_positive_one_is_not():
+    from zoo.compare import NEGATIVE_EXPONENT, exponent_changes
+
+    def run(value, variant):
+        return pd.DataFrame([{"variant": variant, "check": "time-exponent", "versus": "", "mode": "full",
+                              "phase": "fwd", "n": None, "unit": "exponent", "status": "measured", "value": value}])
+
+    before = pd.concat([run(0.3, "linear"), run(1.0, "dense")])
+    after = pd.concat([run(-0.212, "linear"), run(1.9, "dense")])
+    notes = dict(zip(exponent_changes(before, after).variant, exponent_changes(before, after).note))
+    assert notes == {"linear": NEGATIVE_EXPONENT, "dense": ""}

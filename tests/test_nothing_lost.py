@@ -299,6 +299,11 @@ def _set(column, value):
     return edit
 
 
+def _inside(column: str, change):
+    """An edit of the JSON object stored as text in ``column``."""
+    return lambda record: {**record, column: json.dumps(change(json.loads(record[column])))}
+
+
 BAD_LINES = [
     ("runs", _set("settings", 5), "runs.settings: expected JSON text of an object, got 5"),
     ("runs", _set("settings", "a string"), "runs.settings: expected JSON text of an object, got text that is not JSON"),
@@ -317,6 +322,16 @@ BAD_LINES = [
     ("results", _set("value", float("inf")), "results.value: expected a finite number or null, got inf"),
     ("results", _set("detail", "\ud800"), "results.detail: expected text, got a string with a lone surrogate"),
     ("results", _set("samples", "[1.0, NaN]"), "results.samples: expected JSON text of a list of finite numbers"),
+    ("runs", _inside("settings", lambda s: {**s, "suites": "abc"}),
+     "runs.settings: suites: expected an object of each suite's object of settings, got \"abc\""),
+    ("runs", _inside("settings", lambda s: {**s, "suites": {"speed": {"lengths": "abc"}}}),
+     'runs.settings: speed.lengths: expected a list, got "abc"'),
+    ("runs", _inside("settings", lambda s: {**s, "threads": "two"}), 'runs.settings: threads: expected an integer'),
+    ("jobs", _inside("provenance", lambda p: {**p, "card": 5}), "jobs.provenance: card: expected an object, got 5"),
+    ("jobs", _inside("provenance", lambda p: {**p, "card": {**p["card"], "tags": "abc"}}),
+     'jobs.provenance: card.tags: expected an object, got "abc"'),
+    ("jobs", _inside("provenance", lambda p: {**p, "card": {**p["card"], "targets": [5]}}),
+     "jobs.provenance: card.targets: item 0: expected an object, got 5"),
 ]
 
 

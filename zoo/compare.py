@@ -117,10 +117,16 @@ def status_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         ["variant", "suite", "check", "setting", "change"]]
 
 
+NEGATIVE_EXPONENT = ("below 0: the figure fell as n grew, so fixed costs (calls, copies, noise) outweigh the "
+                     "growth at these lengths; it is not a growth rate")
+
+
 def exponent_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-    """Fitted exponents that moved by more than 0.1 between the runs."""
+    """Fitted exponents that moved by more than 0.1 between the runs, with a note where one is negative (no figure
+    of an algorithm shrinks with its input: such a fit says the lengths were too short to show the growth)."""
     ea, eb = _keyed(a, "exponent").value, _keyed(b, "exponent").value
     both = pd.concat({"before": ea, "after": eb}, axis=1).dropna()
     moved = both[(both.after - both.before).abs() > EXPONENT_MOVE].reset_index()
-    return moved.assign(check=[_measure(c, v) for c, v in zip(moved.check, moved.versus)])[
-        ["variant", "check", "mode", "phase", "before", "after"]]
+    return moved.assign(check=[_measure(c, v) for c, v in zip(moved.check, moved.versus)],
+                        note=[NEGATIVE_EXPONENT if min(x, y) < 0 else "" for x, y in zip(moved.before, moved.after)])[
+        ["variant", "check", "mode", "phase", "before", "after", "note"]]

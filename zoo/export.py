@@ -101,6 +101,115 @@ def _parsed_object(value) -> tuple[dict | None, str | None]:
         None, f"expected JSON text of an object, got JSON {type(parsed).__name__}")
 
 
+def _settings(value) -> str | None:
+    """A run's settings (:meth:`zoo.profiles.Profile.as_dict` as JSON text): an object whose run-wide settings have
+    their types and whose ``suites`` maps each suite to an object of its settings, each of a registered suite in the
+    shape of its default (a list where it is a list, a number where a number, ...)."""
+    parsed, problem = _parsed_object(value)
+    if problem:
+        return problem
+    for key, check in RUN_SETTINGS.items():
+        if key in parsed and check(parsed[key]):
+            return f"{key}: {check(parsed[key])}"
+    suites = parsed.get("suites")
+    if suites is None:
+        return None  # stored before settings were nested under their suites: read through the suites' legacy names
+    if not isinstance(suites, dict) or not all(isinstance(v, dict) for v in suites.values()):
+        return f"suites: expected an object of each suite's object of settings, got {_shown(suites)}"
+    from .api import default_registry  # the suites installed here: only theirs can be typed
+
+    registered = default_registry().suites
+    for suite, settings in suites.items():
+        defaults = registered[suite].settings if suite in registered else {}
+        for key, item in settings.items():
+            problem = _like(defaults.get(key), item)
+            if problem:
+                return f"{suite}.{key}: {problem}"
+    return None
+
+
+def _like(default, value) -> str | None:
+    """What is wrong with a stored setting ``value`` whose default is ``default`` (null is always stored)."""
+    if value is None or default is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"expected true or false, got {_shown(value)}"
+    if isinstance(default, (int, float)):
+        return None if _is_number(value) else f"expected a number, got {_shown(value)}"
+    if isinstance(default, str):
+        return _text(value)
+    if isinstance(default, (tuple, list)):
+        return None if isinstance(value, list) else f"expected a list, got {_shown(value)}"
+    if isinstance(default, dict):
+        return None if isinstance(value, dict) else f"expected an object, got {_shown(value)}"
+    return None
+
+
+def _integer(value) -> str | None:
+    return _optional_integer(value) if value is not None else "expected an integer, got null"
+
+
+def _object(value) -> str | None:
+    return None if isinstance(value, dict) else f"expected an object, got {_shown(value)}"
+
+
+def _list_of(check: Kind) -> Kind:
+    def checked(value) -> str | None:
+        if not isinstance(value, list):
+            return f"expected a list, got {_shown(value)}"
+        return next((f"item {i}: {check(item)}" for i, item in enumerate(value) if check(item)), None)
+
+    return checked
+
+
+def _object_of(check: Kind) -> Kind:
+    def checked(value) -> str | None:
+        if not isinstance(value, dict):
+            return f"expected an object, got {_shown(value)}"
+        return next((f"{key}: {check(item)}" for key, item in value.items() if check(item)), None)
+
+    return checked
+
+
+def _flag(value) -> str | None:
+    return None if isinstance(value, bool) else f"expected true or false, got {_shown(value)}"
+
+
+def _card_number(value) -> str | None:
+    return None if value is None or _is_number(value) else f"expected a number or null, got {_shown(value)}"
+
+
+RUN_SETTINGS: dict[str, Kind] = {
+    "name": _text, "seed": _integer, "device": _text, "threads": _integer, "dtype": _text,
+    "variant_timeout_seconds": _optional_number, "processes": _integer, "variant_options": _object,
+}
+"""The run-wide settings a run stores beside its suites', and their types."""
+CARD: dict[str, Kind] = {
+    "summary": _optional_text, "family": _optional_text, "citation": _optional_text, "kind": _optional_text,
+    "tags": _object_of(_flag), "approximates": _optional_text, "claimed_time": _card_number,
+    "claimed_memory": _card_number, "options": _object_of(_text), "quality_options": _object_of(_text),
+    "baselines": _list_of(_text), "floors": _list_of(_text), "peers": _list_of(_text), "best_known": _optional_text,
+    "targets": _list_of(_object), "decoder_growth": _optional_text, "decoder_absent": _optional_text,
+    "decoder_context": _flag, "departures": _list_of(_object_of(_optional_text)), "random_features": _flag,
+}
+"""The fields of a variant's card (:meth:`zoo.Variant.card`) a board reads, and their types; a card stored before a
+field existed lacks it."""
+
+
+def _provenance(value) -> str | None:
+    """A job's provenance: an object whose ``card``, where it has one, is an object of the card's fields."""
+    parsed, problem = _parsed_object(value)
+    if problem:
+        return problem
+    if "card" not in parsed:
+        return None
+    card = parsed["card"]
+    if not isinstance(card, dict):
+        return f"card: expected an object, got {_shown(card)}"
+    return next((f"card.{key}: {check(card[key])}" for key, check in CARD.items() if key in card and check(card[key])),
+                None)
+
+
 def _optional_json_numbers(value) -> str | None:
     """Per-round samples: JSON text of a list of finite numbers, or null."""
     if value is None:
@@ -147,10 +256,10 @@ OPTIONAL = {("results", "versus"): "", ("results", "params"): None, ("results", 
 """Columns added since exports were first written, with the value a line without them has: a line leaves them out
 at that value, so a run stored before they existed keeps its lines (and its digest) as they were."""
 SCHEMA: dict[str, dict[str, Kind]] = {
-    "runs": {"run_id": _name, "started": _name, "profile": _name, "settings": _json_object,
+    "runs": {"run_id": _name, "started": _name, "profile": _name, "settings": _settings,
              "environment": _json_object, "finished": _optional_text},
     "jobs": {"run_id": _name, "variant": _name, "suite": _name, "status": _one_of(JOB_STATUSES),
-             "seconds": _optional_number, "provenance": _json_object},
+             "seconds": _optional_number, "provenance": _provenance},
     "results": {"run_id": _name, "variant": _name, "suite": _name, **{f: _RESULT_KINDS[f] for f in RESULT_FIELDS}},
 }
 """The one schema of a stored run: each table's columns and their types (the store's tables have these columns)."""

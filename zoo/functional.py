@@ -7,6 +7,10 @@ top-left aligned like torch SDPA (query i sees keys j <= i). Rows with no allowe
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -410,8 +414,38 @@ def check_dense_fraction(fraction) -> None:
 def dense_call_pays(sparse_scores: float, dense_scores: float, fraction: float | None) -> bool:
     """Whether a sparse path that would compute ``sparse_scores`` (padding included) should give way to one fused
     dense call computing ``dense_scores`` with the pattern as a mask: from ``fraction`` of them on (None: never).
-    Short sequences reach it: there every block reads nearly every other."""
-    return fraction is not None and dense_scores > 0 and sparse_scores >= fraction * dense_scores
+    Short sequences reach it: there every block reads nearly every other. Inside :func:`dense_shortcuts` the answer
+    is also counted, or always no."""
+    pays = fraction is not None and dense_scores > 0 and sparse_scores >= fraction * dense_scores
+    watch = _SHORTCUTS.get()
+    if watch is None:
+        return pays
+    watch.taken += pays and watch.allowed
+    return pays and watch.allowed
+
+
+@dataclass
+class ShortcutWatch:
+    """What :func:`dense_shortcuts` saw: whether the dense call was ``allowed`` and how often it was ``taken``."""
+
+    allowed: bool
+    taken: int = 0
+
+
+_SHORTCUTS: ContextVar[ShortcutWatch | None] = ContextVar("dense_shortcuts", default=None)
+
+
+@contextmanager
+def dense_shortcuts(allowed: bool = True):
+    """Within it, :func:`dense_call_pays` counts the dense calls it grants or, with ``allowed=False``, grants none,
+    so a sparse path never gives way to its dense form: the correctness suite's long-sequence check then compares the
+    blocked path at the variant's default sizes with the reference, which at its length the shortcut would hide."""
+    watch = ShortcutWatch(allowed)
+    token = _SHORTCUTS.set(watch)
+    try:
+        yield watch
+    finally:
+        _SHORTCUTS.reset(token)
 
 
 def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:

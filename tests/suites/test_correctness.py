@@ -1,5 +1,7 @@
 """Every correctness check passes on the built-ins and fails on a variant broken in its own way."""
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -610,3 +612,35 @@ def test_token_growth_allows_blocks_but_not_a_state_that_stops_growing():
     assert _growth_problem("token", blocks) is None
     assert "added no bytes" in _growth_problem("token", stops)
     assert _growth_problem("token", [0] * 21) is not None
+
+
+@pytest.mark.parametrize("name", ["windowed", "block-sparse", "native-sparse"])
+def test_the_long_sequence_check_also_compares_a_sparse_built_ins_blocked_path_where_its_dense_shortcut_ran(
+        registry, name, monkeypatch):
+    """At the default sizes and the check's length, the sparse built-ins hand the sequence to one dense call; the
+    check runs each such case again with the shortcut off, and there the blocked path is what it compares (a fault
+    only in the blocked path then fails it)."""
+    from zoo.functional import dense_shortcuts
+    from zoo.suites.correctness import check_long_sequences
+
+    variant = registry.variant(name)
+    rows = list(check_long_sequences(variant, PROFILE))
+    blocked = [r for r in rows if r.setting.endswith("blocked path (dense shortcut off)")]
+    assert blocked and len(blocked) == len(rows) - len(blocked) and all(r.status == PASSED for r in rows), rows
+    with dense_shortcuts(allowed=False) as watch:
+        module = zoo.create(name, d_model=16, num_heads=2, registry=registry)
+        x = torch.randn(1, 300, 16)
+        module(x, x, x, is_causal=variant.tags.modes == ("causal",))
+    assert watch.taken == 0
+
+    wrong = variant.reference  # a twin whose output and reference part only with the shortcut off
+    sparse = dataclasses.replace(variant, reference=lambda module, q, k, v, attn_mask=None, is_causal=False:
+                                 wrong(module, q, k, v, attn_mask, is_causal) * (1.0 if _dense_now() else 1.001))
+    assert [r.status for r in check_long_sequences(sparse, PROFILE)].count(FAILED) == len(blocked)
+
+
+def _dense_now() -> bool:
+    from zoo.functional import _SHORTCUTS
+
+    watch = _SHORTCUTS.get()
+    return watch is None or watch.allowed

@@ -7,6 +7,7 @@ Every check here is shown to fail on a deliberately broken variant in tests/suit
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import statistics
@@ -20,6 +21,7 @@ from zoo import approximation, checks, decoding, reference
 from zoo.cases import Case, cases_for, relative_error
 from zoo.checks import BAD, ERROR, FAILED, PASSED, SKIPPED, Check, Result, requires
 from zoo.contract import VariantOutputError
+from zoo.functional import dense_shortcuts
 from zoo.suite import legacy_names
 
 SUITE = "correctness"
@@ -464,16 +466,26 @@ LONG_LENGTH = 300  # spans several chunks, blocks or windows at every built-in's
 
 def check_long_sequences(variant, profile):
     """At the variant's default options (not its small check options), a sequence spanning several of its chunks,
-    blocks or windows equals the float64 reference: a fault that appears only past a default chunk is caught."""
+    blocks or windows equals the float64 reference: a fault that appears only past a default chunk is caught. Where
+    the variant handed the sequence to one dense call instead (:func:`zoo.functional.dense_call_pays`: the blocks
+    would hold most of the scores), the case runs again with that shortcut off, so the blocked path is checked too."""
     tags = variant.tags
     cases = [Case(batch=1, q_len=LONG_LENGTH, k_len=LONG_LENGTH)]
     if tags.supports_causal:
         cases.append(Case(batch=1, q_len=LONG_LENGTH, k_len=LONG_LENGTH, causal=True))
     if tags.accepts_attn_mask:
         cases.append(Case(batch=1, q_len=LONG_LENGTH, k_len=LONG_LENGTH, mask="padding", causal=tags.supports_causal))
+    seeds = _seeds(profile, 17)[:1]
     for case in cases:
-        errors = _reference_errors(variant, case, _seeds(profile, 17)[:1], torch.float64)
+        with dense_shortcuts() as watch:
+            errors = _reference_errors(variant, case, seeds, torch.float64)
         yield _verdict("long-sequences", case, errors, FLOAT64_TOLERANCE, "relative error vs float64 reference")
+        if watch.taken:
+            with dense_shortcuts(allowed=False):
+                errors = _reference_errors(variant, case, seeds, torch.float64)
+            verdict = _verdict("long-sequences", case, errors, FLOAT64_TOLERANCE, "relative error vs float64 "
+                               "reference with its dense shortcut off (its blocked path)")
+            yield dataclasses.replace(verdict, setting=f"{verdict.setting} blocked path (dense shortcut off)")
 
 
 APPROXIMATION_LENGTH, APPROXIMATION_D_MODEL, APPROXIMATION_HEADS = 256, 64, 2
