@@ -19,14 +19,17 @@ from zoo.reference import linear, reference_mask, softmax_attention
 
 
 def rotate(x, cos, sin):
-    """x * cos + rotate_half(x) * sin on (..., d), with ``cos`` (..., d) and ``sin`` the half table (..., d/2) (sin
-    repeats across the halves): the product with cos, then each half's multiply-add in place, three passes where
-    the textbook form takes a negation, a concatenation, two products and a sum (and a flip of the halves takes a
-    slow strided copy)."""
+    """x * cos + rotate_half(x) * sin on (..., d), with cos/sin tables (..., d) (each pair's angle in both halves).
+    Without autograd: the product with cos, then each half's multiply-add in place, three passes where the textbook
+    form takes a negation, a concatenation, two products and a sum (a flip of the halves instead is a slow strided
+    copy). Under autograd the textbook form: the backward of an in-place half clones the whole gradient (a
+    forward+backward's peak memory was 1.11x the textbook form's)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return rotate_half_textbook(x, cos, sin)
     half = x.shape[-1] // 2
     out = x * cos
-    out[..., :half].addcmul_(x[..., half:], sin, value=-1)
-    out[..., half:].addcmul_(x[..., :half], sin)
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
     return out
 
 
@@ -53,11 +56,11 @@ class RotaryMultiHeadAttention(nn.Module):
         self._tables: dict = {}  # (device, dtype) -> cos, sin tables from position 0 (see tables)
 
     def angles(self, length: int, like: torch.Tensor, start: int = 0):
-        """cos of every (position, feature) angle for positions start.., (length, head_dim), and sin of each pair's,
-        (length, head_dim / 2) (see :func:`rotate`), in ``like``'s dtype."""
+        """cos and sin of every (position, feature) angle for positions start.., (length, head_dim), in ``like``'s
+        dtype."""
         positions = torch.arange(start, start + length, device=like.device, dtype=torch.float64)
-        angles = torch.outer(positions, self.inv_freq.to(like.device, torch.float64))
-        return angles.cos().repeat(1, 2).to(like.dtype), angles.sin().to(like.dtype)
+        angles = torch.outer(positions, self.inv_freq.to(like.device, torch.float64)).repeat(1, 2)
+        return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
 
     def tables(self, length: int, like: torch.Tensor):
         """:meth:`angles` from position 0, computed once per device and dtype for the longest length asked so far
@@ -78,7 +81,7 @@ class RotaryMultiHeadAttention(nn.Module):
         return tuple(split_heads(x, self.num_heads) for x in (q, k, v))
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
-        if query is key and key is value:  # self-attention: queries and keys rotated as one tensor, in one pass
+        if query is key and key is value and not torch.is_grad_enabled():  # queries and keys rotated as one tensor
             batch, length, _ = query.shape
             qkv = self.in_proj(query).view(batch, length, 3, self.num_heads, -1)
             cos, sin = (table[:, None, None] for table in self.tables(length, qkv))
@@ -164,8 +167,7 @@ def cached_tables(module):
     def angles(length, like):
         key = (length, like.device, like.dtype)
         if key not in tables:
-            cos, sin = module.angles(length, like)
-            tables[key] = cos, sin.repeat(1, 2)  # the full-width sin table
+            tables[key] = module.angles(length, like)
         return tables[key]
 
     def run(query, key, value, attn_mask=None, is_causal=False):
