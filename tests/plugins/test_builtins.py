@@ -247,6 +247,20 @@ def test_retention_is_softmax_free_decayed_attention(registry, causal):
     assert torch.allclose(module(q, k, v, is_causal=causal), expected, atol=1e-12, rtol=0)
 
 
+def test_retention_decays_are_retnets_for_every_head(registry):
+    """Head h decays by gamma_h = 1 - 2^(-5 - h) (RetNet, Sun et al. 2023), not a spread of exponents over 5-12:
+    three heads of width 1, each checked with its own gamma as in the one-head test above."""
+    module = zoo.create("retention", d_model=3, num_heads=3, chunk=2, registry=registry).double()
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(1, 5, 3, dtype=torch.float64) for _ in range(3))
+    out = module(q, k, v, is_causal=True)
+    for h in range(3):
+        gamma = 1 - 2.0 ** (-5 - h)
+        raw = [sum(gamma ** (i - j) * q[0, i, h] * k[0, j, h] * v[0, j, h] for j in range(i + 1)) for i in range(5)]
+        expected = torch.tensor([r / (r * r + module.eps) ** 0.5 for r in raw], dtype=torch.float64)
+        assert torch.allclose(out[0, :, h], expected, atol=1e-12, rtol=0), h
+
+
 def test_retention_still_decays_in_half_precision(registry):
     """gamma = 1 - 2^-12 is 1 in float16: the decays must be raised to their powers in float32."""
     torch.manual_seed(3)
