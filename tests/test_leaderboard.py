@@ -169,6 +169,17 @@ def test_each_variant_is_shown_against_its_best_known_implementation_and_flagged
     assert [(r["variant"], r["best known"], r["pass"], r["n=256"], r["n=1024"], r["verdict"]) for r in rows] == [
         ("a", "fast-form", "fwd+bwd", "1.02x", "1.3x behind", "behind at n=1024"),
         ("b", "torch-sdpa", "fwd+bwd", "1.08x behind?", "", "behind at n=256?")]
+    # a ratio no second process or run measured is unconfirmed however tight its rounds (the speed suite's rule)
+    alone, _ = best_known_rows(board, "time-ratio", ("fwd", "fwd+bwd"), [256, 1024],
+                               lambda variant, mode, phase, n, versus: False)
+    assert alone[0]["n=1024"] == "1.3x behind?" and alone[0]["verdict"] == "behind at n=1024?"
+    from zoo.suites.speed import _confirmed
+
+    assert not _confirmed(board, "a", "full", "fwd+bwd", 1024, "fast-form")  # no time-between row, no reruns
+    spread = {**ratio("a", "fast-form", 1024, 0.03, None), "check": "time-between"}
+    board = Board("r", {}, {}, pd.concat([results, pd.DataFrame([spread])]), pd.DataFrame(), cards,
+                  registered_suites())
+    assert _confirmed(board, "a", "full", "fwd+bwd", 1024, "fast-form")  # three processes' medians: confirmed
 
 
 def _timed_run(tmp_path, comparator_times=(None, None, None)):

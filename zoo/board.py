@@ -120,11 +120,12 @@ def best_known(card: dict) -> str:
     return str(card.get("best_known") or "")
 
 
-def best_known_rows(board, check: str, phases, lengths) -> tuple[list[dict], list[str]]:
+def best_known_rows(board, check: str, phases, lengths, confirmed=None) -> tuple[list[dict], list[str]]:
     """Per variant with a declared best known implementation, per mode and pass measured: its ``check`` ratio
     (``time-ratio``, ``memory-ratio``) to that implementation at each length, each ratio over
     :data:`zoo.contract.BEST_KNOWN_SLACK` marked *behind* (*behind?* where its stated interval reaches down to
-    the slack: a rerun may find it within); and the variants that declare none."""
+    the slack, or where ``confirmed(variant, mode, phase, n, label)`` says no second process or run measured it:
+    a rerun may find it within); and the variants that declare none."""
     rows, undeclared = [], []
     for variant in board.variants:
         label = best_known(board.card(variant))
@@ -138,7 +139,8 @@ def best_known_rows(board, check: str, phases, lengths) -> tuple[list[dict], lis
                     continue
                 lows = {n: board.value(variant, check, mode, phase, n, versus=label, field="low") for n in lengths}
                 behind = [n for n, x in ratios.items() if x is not None and x > BEST_KNOWN_SLACK]
-                unsure = {n for n in behind if lows[n] is not None and lows[n] <= BEST_KNOWN_SLACK}
+                unsure = {n for n in behind if (lows[n] is not None and lows[n] <= BEST_KNOWN_SLACK)
+                          or (confirmed is not None and not confirmed(variant, mode, phase, n, label))}
                 rows.append({"variant": variant, "best known": label, "mode": mode, "pass": phase,
                              **{f"n={n}": "" if x is None else fmt_x(x) + (
                                  (" behind?" if n in unsure else " behind") if n in behind else "")
