@@ -332,6 +332,8 @@ BAD_LINES = [
      'jobs.provenance: card.tags: expected an object, got "abc"'),
     ("jobs", _inside("provenance", lambda p: {**p, "card": {**p["card"], "targets": [5]}}),
      "jobs.provenance: card.targets: item 0: expected an object, got 5"),
+    ("results", _set("n", -5), "results.n: expected an integer of 0 or more or null, got -5"),
+    ("jobs", _set("seconds", -1), "jobs.seconds: expected a duration of 0 s or more or null, got -1"),
 ]
 
 

@@ -78,6 +78,20 @@ def _optional_integer(value) -> str | None:
     return f"expected an integer (64-bit) or null, got {_shown(value)}"
 
 
+def _optional_count(value) -> str | None:
+    """A length, a batch size: an integer, not negative (0 is an empty sequence or batch), or null."""
+    problem = _optional_integer(value)
+    return problem or (f"expected an integer of 0 or more or null, got {_shown(value)}" if value is not None and
+                       value < 0 else None)
+
+
+def _optional_duration(value) -> str | None:
+    """A job's seconds: finite and not negative, or null."""
+    problem = _optional_number(value)
+    return problem or (f"expected a duration of 0 s or more or null, got {_shown(value)}" if value is not None and
+                       value < 0 else None)
+
+
 def _one_of(choices: tuple[str, ...]) -> Kind:
     def check(value) -> str | None:
         return None if value in choices else f"expected one of {', '.join(choices)}, got {_shown(value)}"
@@ -247,9 +261,9 @@ def _parse(text: str):
 
 _RESULT_KINDS: dict[str, Kind] = {
     "check": _name, "status": _one_of(STATUSES), "setting": _text, "value": _optional_number, "unit": _text,
-    "detail": _text, "n": _optional_integer, "mode": _text, "phase": _text, "samples": _optional_json_numbers,
+    "detail": _text, "n": _optional_count, "mode": _text, "phase": _text, "samples": _optional_json_numbers,
     "versus": _text, "params": _optional_params, "low": _optional_number, "high": _optional_number,
-    "batch": _optional_integer,
+    "batch": _optional_count,
 }
 OPTIONAL = {("results", "versus"): "", ("results", "params"): None, ("results", "low"): None, ("results", "high"): None,
             ("results", "batch"): None}
@@ -259,7 +273,7 @@ SCHEMA: dict[str, dict[str, Kind]] = {
     "runs": {"run_id": _name, "started": _name, "profile": _name, "settings": _settings,
              "environment": _json_object, "finished": _optional_text},
     "jobs": {"run_id": _name, "variant": _name, "suite": _name, "status": _one_of(JOB_STATUSES),
-             "seconds": _optional_number, "provenance": _provenance},
+             "seconds": _optional_duration, "provenance": _provenance},
     "results": {"run_id": _name, "variant": _name, "suite": _name, **{f: _RESULT_KINDS[f] for f in RESULT_FIELDS}},
 }
 """The one schema of a stored run: each table's columns and their types (the store's tables have these columns)."""
@@ -405,7 +419,7 @@ def _check_record(where: str, record, numbered: bool) -> tuple[str, dict, object
         problem = kind(values[column])
         if problem:
             raise ExportError(f"{where}: {table}.{column}: {problem}")
-        if kind is _optional_number and values[column] is not None:  # as SQLite's REAL column gives it back
+        if kind in (_optional_number, _optional_duration) and values[column] is not None:  # as SQLite's REAL gives it
             number = float(values[column])
             values[column] = None if math.isnan(number) else number
     return table, {c: values[c] for c in columns}, place
