@@ -307,3 +307,19 @@ def test_which_should_i_use_offers_no_approximation_over_its_error_ceiling_and_s
         ["exact", "close"], "unknown (0.1x): error: not measured (its ceiling: 0.5)")
     assert answer(["exact", "loose"]) == (["exact"], "loose (0.2x): error: 0.93, over its ceiling of 0.5")
     assert answer(["exact", "close"]) == (["exact", "close"], "")
+
+
+def test_the_accuracy_plot_draws_each_ratios_interval_as_a_bar(monkeypatch):
+    """The scatter shows the noise of its x: each variant's interval, from low to high, as a horizontal bar."""
+    from matplotlib.collections import LineCollection
+
+    import zoo.plots as plots_
+    from zoo.suites.quality import _pareto_plot
+
+    drawn = []
+    monkeypatch.setattr(plots_, "save", lambda plt, fig, name: drawn.append(fig) or (name, b""))
+    x, y = pd.Series({"a": 0.5, "b": 1.0}), pd.Series({"a": 0.7, "b": 0.9})
+    _pareto_plot(x, y, "time", "accuracy", "p.png", spread={"a": (0.4, 0.6), "b": (0.9, 1.2)}, palette=("a", "b"))
+    bars = sorted(tuple(segment[:, 0]) for c in drawn[0].axes[0].collections if isinstance(c, LineCollection)
+                  for segment in c.get_segments())
+    assert bars == [(0.4, 0.6), (0.9, 1.2)]

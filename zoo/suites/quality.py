@@ -361,12 +361,14 @@ def section(board) -> zoo.Section:
 
 def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None,
                  panels: list[tuple[str, str, frozenset]] | None = None, greyed: frozenset = frozenset(),
-                 palette: tuple[str, ...] = (), dials: dict[str, list[tuple[float, float, str]]] | None = None):
+                 palette: tuple[str, ...] = (), dials: dict[str, list[tuple[float, float, str]]] | None = None,
+                 spread: dict[str, tuple[float, float]] | None = None):
     """One point per variant, x (a cost, log scale, lower is better) against y (higher is better), the Pareto front
     joined: the variants no other beats on both at once; ``panels`` (title, x label, variants) side by side, each
     with its own front, else one; ``greyed`` variants (not ranked) in grey; ``dials``: per variant, (x, y, label)
     points of its other settings, joined to its point by a dotted line in its colour (not on the front, which
-    compares the variants as they are). None when no variant has both."""
+    compares the variants as they are); ``spread``: per variant, the (low, high) interval of its x, drawn as a bar.
+    None when no variant has both."""
     points = pd.DataFrame({"x": x, "y": y}).dropna().sort_values(["x", "y"], ascending=[True, False])
     panels = [(t, label, members) for t, label, members in panels or [("", xlabel, frozenset(points.index))]
               if members & set(points.index)]
@@ -380,8 +382,12 @@ def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str
         front = mine[mine.y > mine.y.cummax().shift(fill_value=-1.0)]
         ax.step(front.x, front.y, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
         for variant, point in mine.iterrows():
-            ax.scatter(point.x, point.y, marker="o" if variant in front.index else "x", s=40, zorder=2,
-                       color="0.7" if variant in greyed else styles[variant][0])
+            color = "0.7" if variant in greyed else styles[variant][0]
+            ax.scatter(point.x, point.y, marker="o" if variant in front.index else "x", s=40, zorder=2, color=color)
+            low, high = (spread or {}).get(variant, (None, None))
+            if low is not None and high is not None and low <= point.x <= high:
+                ax.errorbar(point.x, point.y, xerr=[[point.x - low], [high - point.x]], fmt="none", ecolor=color,
+                            elinewidth=1, capsize=2, alpha=0.7, zorder=2)
         for variant, settings in (dials or {}).items():
             if variant not in mine.index or not settings:
                 continue
@@ -393,6 +399,9 @@ def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str
             ax.plot([], [], linestyle=":", marker=".", color="0.3", label="a variant's state dial (other options)")
         for marker, meaning in (("o", "on the front"), ("x", "behind it: another is better on both")):
             ax.scatter([], [], marker=marker, color="0.3", label=meaning)
+        if spread:
+            ax.errorbar([], [], xerr=[[], []], fmt="none", ecolor="0.3", capsize=2,
+                        label="bar: the ratio's interval (processes, earlier runs)")
         ax.set_xscale("log")
         plots_.label_points(ax, [(point.x, point.y, variant + (" (not ranked)" if variant in greyed else ""))
                                  for variant, point in mine.iterrows()])
@@ -428,8 +437,9 @@ def _accuracy_plot(board, quality, figures):
         if members:
             columns = sorted({ranked[v].column for v in members})
             panels.append((title, "; ".join(columns) + " (lower is faster)", members))
+    spread = {v: (f.low, f.high) for v, f in ranked.items()}
     return _pareto_plot(x, accuracy, "", "mean accuracy over the quality tasks", "accuracy-vs-speed.png",
-                        panels=panels, greyed=plots_.unranked(board), palette=tuple(board.variants))
+                        panels=panels, greyed=plots_.unranked(board), palette=tuple(board.variants), spread=spread)
 
 
 def _recall_state_plot(quality):
