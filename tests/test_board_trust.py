@@ -389,6 +389,12 @@ def test_held_back_reason_compares_the_cells_both_runs_timed_against_a_stated_ru
     other = pd.Series([0.6, 0.01, 0.01, 0.01], index=cells[:1].append(pd.MultiIndex.from_tuples(
         [("c", "full", "fwd", n) for n in (1, 2, 3)])))
     assert held_back_reason(other, board) and held_back_reason(pd.Series(dtype=float), board) is None
+    # a machine busy for part of the run: the median as quiet as the board's, a tenth of the cells 50x noisier
+    many = pd.MultiIndex.from_tuples([("v", "full", "fwd", n) for n in range(20)])
+    quiet = pd.Series([0.05] * 20, index=many)
+    tail = held_back_reason(pd.Series([0.04] * 17 + [1.0, 1.2, 2.0], index=many), quiet)
+    assert tail and "(90th percentile of IQR/median over 20 cells)" in tail
+    assert held_back_reason(pd.Series([0.04] * 19 + [2.0], index=many), quiet) is None  # one noisy cell: a note
 
 
 def _shown_run(readme: str) -> str:
@@ -484,3 +490,20 @@ def test_a_figures_interval_spans_the_same_figure_in_earlier_runs_of_its_source_
     assert abs(ratio.between_runs - 0.4) < 1e-12
     bare = results[results.n == 128].iloc[0]
     assert bare.reruns == 0 and pd.isna(bare.low) and pd.isna(bare.between_runs)
+
+
+def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_runs_few(monkeypatch):
+    """After a quiet run-all and a quiet rerun of one variant, a run-all whose other cells are noisy is held back:
+    the reference is each cell's latest spread, not the one-variant run's two cells."""
+    from types import SimpleNamespace
+
+    from zoo import leaderboard
+
+    cells = pd.MultiIndex.from_tuples([(v, "full", "fwd", n) for v in "abcdefghij" for n in (256, 1024)])
+    noise = {"all": pd.Series(0.05, index=cells), "one": pd.Series(0.05, index=cells[:2]),
+             "busy": pd.Series([0.05] * 16 + [1.0] * 4, index=cells)}
+    store = SimpleNamespace(runs=lambda: pd.DataFrame({"run_id": ["all", "one", "busy"]}))
+    monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: noise[run])
+    monkeypatch.setattr(leaderboard, "board_group", lambda store, run: "quick")
+    shown, held = leaderboard.board_run(store, {})
+    assert shown == "one" and list(held) == ["busy"] and "over 20 cells" in held["busy"]
