@@ -120,6 +120,14 @@ def best_known(card: dict) -> str:
     return str(card.get("best_known") or "")
 
 
+def behind_mark(ratio: float, low: float | None, confirmed: bool = True) -> str:
+    """'' for a ratio to the best known implementation within :data:`zoo.contract.BEST_KNOWN_SLACK`, else 'behind',
+    or 'behind?' where its interval reaches down to the slack or no second process or run ``confirmed`` it."""
+    if ratio <= BEST_KNOWN_SLACK:
+        return ""
+    return "behind" if (low is None or low > BEST_KNOWN_SLACK) and confirmed else "behind?"
+
+
 def best_known_rows(board, check: str, phases, lengths, confirmed=None) -> tuple[list[dict], list[str]]:
     """Per variant with a declared best known implementation, per mode and pass measured: its ``check`` ratio
     (``time-ratio``, ``memory-ratio``) to that implementation at each length, each ratio over
@@ -138,12 +146,12 @@ def best_known_rows(board, check: str, phases, lengths, confirmed=None) -> tuple
                 if all(x is None for x in ratios.values()):
                     continue
                 lows = {n: board.value(variant, check, mode, phase, n, versus=label, field="low") for n in lengths}
-                behind = [n for n, x in ratios.items() if x is not None and x > BEST_KNOWN_SLACK]
-                unsure = {n for n in behind if (lows[n] is not None and lows[n] <= BEST_KNOWN_SLACK)
-                          or (confirmed is not None and not confirmed(variant, mode, phase, n, label))}
+                marks = {n: behind_mark(x, lows[n], confirmed is None or confirmed(variant, mode, phase, n, label))
+                         for n, x in ratios.items() if x is not None}
+                behind = [n for n, mark in marks.items() if mark]
+                unsure = {n for n in behind if marks[n] == "behind?"}
                 rows.append({"variant": variant, "best known": label, "mode": mode, "pass": phase,
-                             **{f"n={n}": "" if x is None else fmt_x(x) + (
-                                 (" behind?" if n in unsure else " behind") if n in behind else "")
+                             **{f"n={n}": "" if x is None else fmt_x(x) + (f" {marks[n]}" if marks[n] else "")
                                 for n, x in ratios.items()},
                              "verdict": (f"behind at n={', '.join(f'{n}?' if n in unsure else str(n) for n in behind)}"
                                          if behind else f"within {BEST_KNOWN_SLACK:g}x")})

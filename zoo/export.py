@@ -123,8 +123,8 @@ def _settings(value) -> str | None:
     if problem:
         return problem
     for key, check in RUN_SETTINGS.items():
-        if key in parsed and check(parsed[key]):
-            return f"{key}: {check(parsed[key])}"
+        if key in parsed and (problem := check(parsed[key])):
+            return f"{key}: {problem}"
     suites = parsed.get("suites")
     if suites is None:
         return None  # stored before settings were nested under their suites: read through the suites' legacy names
@@ -147,7 +147,7 @@ def _like(default, value) -> str | None:
     if value is None or default is None:
         return None
     if isinstance(default, bool):
-        return None if isinstance(value, bool) else f"expected true or false, got {_shown(value)}"
+        return _flag(value)
     if isinstance(default, (int, float)):
         return None if _is_number(value) else f"expected a number, got {_shown(value)}"
     if isinstance(default, str):
@@ -155,7 +155,7 @@ def _like(default, value) -> str | None:
     if isinstance(default, (tuple, list)):
         return None if isinstance(value, list) else f"expected a list, got {_shown(value)}"
     if isinstance(default, dict):
-        return None if isinstance(value, dict) else f"expected an object, got {_shown(value)}"
+        return _object(value)
     return None
 
 
@@ -220,8 +220,8 @@ def _provenance(value) -> str | None:
     card = parsed["card"]
     if not isinstance(card, dict):
         return f"card: expected an object, got {_shown(card)}"
-    return next((f"card.{key}: {check(card[key])}" for key, check in CARD.items() if key in card and check(card[key])),
-                None)
+    return next((f"card.{key}: {problem}" for key, check in CARD.items()
+                 if key in card and (problem := check(card[key]))), None)
 
 
 def _optional_json_numbers(value) -> str | None:

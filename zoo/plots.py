@@ -156,10 +156,12 @@ def label_points(ax, points, fontsize: int = 8):
     line = fontsize * 1.3 * fig.dpi / 72
     frame = ax.bbox
 
+    def overlaps(left, bottom, width):
+        return any(left < r and left + width > l and bottom < t and bottom + line > b for l, b, r, t in placed)
+
     def free(left, bottom, width):
         return (frame.x0 <= left and left + width <= frame.x1 and frame.y0 <= bottom and bottom + line <= frame.y1
-                and not any(left < r and left + width > l and bottom < t and bottom + line > b
-                            for l, b, r, t in placed))
+                and not overlaps(left, bottom, width))
 
     for x, y, text in sorted(points, key=lambda p: (p[1], p[0])):
         px, py = ax.transData.transform((x, y))
@@ -167,8 +169,7 @@ def label_points(ax, points, fontsize: int = 8):
         shifts = [0] + [sign * step for step in range(1, 7) for sign in (1, -1)]
         spots = [(px + 5, py + 3 + k * line) for k in shifts] + [(px - 5 - width, py + 3 + k * line) for k in shifts]
         left, bottom = next(((l, b) for l, b in spots if free(l, b, width)), (px + 5, py + 3))
-        while not free(left, bottom, width) and any(left < r and left + width > l and bottom < t and bottom + line > b
-                                                    for l, b, r, t in placed):
+        while overlaps(left, bottom, width):
             bottom += line
         placed.append((left, bottom, left + width, bottom + line))
         ax.annotate(text, (x, y), xytext=(left - px, bottom - py), textcoords="offset pixels", fontsize=fontsize,

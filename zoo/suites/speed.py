@@ -20,7 +20,8 @@ from torch.utils.benchmark import Timer
 import zoo
 from zoo import approximation
 from zoo import plots as plots_
-from zoo.board import RERUNS, Footnotes, approximates, best_known, best_known_rows, fmt_g, fmt_ms, fmt_x
+from zoo.board import (RERUNS, Footnotes, approximates, behind_mark, best_known, best_known_rows, fmt_g, fmt_ms,
+                       fmt_x)
 from zoo.cases import relative_error
 from zoo.environment import run_shared
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
@@ -540,12 +541,13 @@ def columns(board, variant) -> dict:
     label = best_known(board.card(variant))
     ratio = board.value(variant, "time-ratio", mode, RANK_PHASE, n, versus=label) if label else None
     unrecorded = "best_known" not in board.card(variant)  # stored before plugins declared one
-    low = board.value(variant, "time-ratio", mode, RANK_PHASE, n, versus=label, field="low") if label else None
-    sure = (low is None or low > BEST_KNOWN_SLACK) and label and _confirmed(board, variant, mode, RANK_PHASE, n, label)
-    row[f"fwd+bwd vs best known, n={n}"] = ("not recorded by its run" if unrecorded else "not declared" if not label
-                                            else "not timed" if ratio is None else f"{fmt_x(ratio)} {label}" + (
-                                                (" (behind)" if sure else " (behind?)") if ratio > BEST_KNOWN_SLACK
-                                                else ""))
+    if unrecorded or not label or ratio is None:
+        row[f"fwd+bwd vs best known, n={n}"] = ("not recorded by its run" if unrecorded else "not declared"
+                                                if not label else "not timed")
+    else:
+        low = board.value(variant, "time-ratio", mode, RANK_PHASE, n, versus=label, field="low")
+        mark = behind_mark(ratio, low, _confirmed(board, variant, mode, RANK_PHASE, n, label))
+        row[f"fwd+bwd vs best known, n={n}"] = f"{fmt_x(ratio)} {label}" + (f" ({mark})" if mark else "")
     return row
 
 
