@@ -99,6 +99,28 @@ def test_a_stale_database_neither_hides_nor_shrinks_a_newer_export(tmp_path, cap
     assert set(BoardFolder(folder).for_writing().runs().run_id) == {first, newer}  # a writer takes the export's runs
 
 
+
+def test_a_publication_reads_the_export_again_only_when_it_changed_since_this_process_joined_it(tmp_path, monkeypatch):
+    """A run joins the export as it opens the folder and again as it publishes; the second pass is skipped for the
+    bytes it already joined (on the committed board each pass cost seconds), never for a pull that came between."""
+    folder, other = tmp_path / "board", tmp_path / "other-clone"
+    published(folder)
+    other.mkdir()
+    (other / "runs.jsonl").write_bytes((folder / "runs.jsonl").read_bytes())
+    theirs = BoardFolder(other).for_writing()
+    pulled = fabricate(theirs, "2026-02-01 00:00:00")
+    render(theirs, pulled, other, keep_runs=True)
+
+    parsed = []
+    monkeypatch.setattr("zoo.folder.parse_export", lambda data, path: parsed.append(path) or read_export(path))
+    store = BoardFolder(folder).for_writing()
+    mine = fabricate(store, "2026-03-01 00:00:00")
+    render(store, mine, folder, keep_runs=True)
+    assert len(parsed) == 1  # joined once, as the folder was opened
+    shutil.copy(other / "runs.jsonl", folder / "runs.jsonl")  # a pull before the next publication
+    render(store, mine, folder, keep_runs=True)
+    assert len(parsed) == 2 and {pulled, mine} <= set(read_export(folder / "runs.jsonl"))
+
 def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
     """On a copy of the real committed board: leaderboard and compare change nothing; a smoke run, a run of one
     variant and a merge keep every run the export had, line for line."""

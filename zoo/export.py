@@ -324,8 +324,16 @@ def _without_defaults(table: str, record: dict) -> dict:
 def export_bytes(runs: Iterable[RunRecords]) -> bytes:
     """The export file holding ``runs`` (sorted by id); a run with no job yet (one starting, or one that failed
     before any job finished and is being discarded) carries nothing and is left out."""
+    return export_with_digests(runs)[0]
+
+
+def export_with_digests(runs: Iterable[RunRecords]) -> tuple[bytes, dict[str, str]]:
+    """The export file holding ``runs`` (:func:`export_bytes`) and the digest of each run it holds, from one
+    serialisation of each (serialising a board's runs took seconds)."""
     ordered = sorted((run for run in runs if run.jobs), key=lambda r: r.run_id)
-    return "".join(line + "\n" for run in ordered for line in run.lines()).encode()
+    lines = {run.run_id: "\n".join(run.lines()) for run in ordered}
+    data = "".join(text + "\n" for text in lines.values()).encode()
+    return data, {run_id: hashlib.sha256(text.encode()).hexdigest() for run_id, text in lines.items()}
 
 
 def read_export(path: Path) -> dict[str, RunRecords]:
@@ -338,6 +346,11 @@ def read_export(path: Path) -> dict[str, RunRecords]:
         data = path.read_bytes()
     except OSError as exc:
         raise ExportError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return parse_export(data, path)
+
+
+def parse_export(data: bytes, path: Path) -> dict[str, RunRecords]:
+    """The runs of an export file's bytes (``path``: where they were read, for messages), every line checked."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -362,8 +375,9 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
     runs: dict[str, RunRecords] = {}
     jobs: dict[tuple, str] = {}
     pending: list[tuple[str, str, dict, object]] = []
+    verdicts: dict[tuple, str | None] = {}  # a repeated text's verdict, once per kind
     for where, record in records:
-        table, values, place = _check_record(where, record, numbered)
+        table, values, place = _check_record(where, record, numbered, verdicts)
         if table == "runs":
             if values["run_id"] in runs:
                 raise ExportError(f"{where}: run {values['run_id']!r} appears twice (a duplicated line or a bad merge)")
@@ -397,32 +411,52 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
     return runs
 
 
-def _check_record(where: str, record, numbered: bool) -> tuple[str, dict, object]:
+def _check_record(where: str, record, numbered: bool, verdicts: dict) -> tuple[str, dict, object]:
+    """One record's table, its values (every column, numbers as SQLite's REAL gives them) and its place. A text
+    value's verdict is looked up in ``verdicts`` first: names, settings and parameters repeat over a file's lines,
+    and checking each afresh was most of the time a board took to open."""
     if not isinstance(record, dict):
         raise ExportError(f"{where}: expected a JSON object, got {_shown(record)}")
     table = record.get("table")
     if table not in SCHEMA:
         raise ExportError(f"{where}: 'table' must be one of {', '.join(SCHEMA)}, got {_shown(table)}")
     columns = SCHEMA[table]
-    values = {k: v for k, v in record.items() if k != "table"}
-    place = values.pop(ROW, None) if table == "results" and numbered else None
+    place = record.get(ROW) if table == "results" and numbered else None
     if place is not None and _optional_integer(place):
         raise ExportError(f"{where}: results.{ROW}: {_optional_integer(place)}")
-    for column, default in _DEFAULTS[table].items():
-        values.setdefault(column, default)
-    unknown, missing = sorted(values.keys() - columns.keys()), [c for c in columns if c not in values]
+    unknown = [k for k in record if k not in columns and k != "table" and not (k == ROW and table == "results"
+                                                                                   and numbered)]
     if unknown:
-        raise ExportError(f"{where}: a {table} record with columns this zoo does not know: {', '.join(unknown)}")
-    if missing:
-        raise ExportError(f"{where}: a {table} record without {', '.join(missing)}")
+        raise ExportError(f"{where}: a {table} record with columns this zoo does not know: {', '.join(sorted(unknown))}")
+    defaults = _DEFAULTS[table]
+    values = {}
     for column, kind in columns.items():
-        problem = kind(values[column])
+        if column in record:
+            value = record[column]
+        elif column in defaults:
+            value = defaults[column]
+        else:
+            missing = [c for c in columns if c not in record and c not in defaults]
+            raise ExportError(f"{where}: a {table} record without {', '.join(missing)}")
+        if type(value) is str and kind not in _UNCACHED:
+            problem = verdicts.get((kind, value), _UNSEEN)
+            if problem is _UNSEEN:
+                problem = verdicts[(kind, value)] = kind(value)
+        else:
+            problem = kind(value)
         if problem:
             raise ExportError(f"{where}: {table}.{column}: {problem}")
-        if kind in (_optional_number, _optional_duration) and values[column] is not None:  # as SQLite's REAL gives it
-            number = float(values[column])
-            values[column] = None if math.isnan(number) else number
-    return table, {c: values[c] for c in columns}, place
+        if value is not None and kind in _REAL:  # as SQLite's REAL gives it
+            value = float(value)
+            if math.isnan(value):
+                value = None
+        values[column] = value
+    return table, values, place
+
+
+_UNSEEN = object()
+_REAL = (_optional_number, _optional_duration)
+_UNCACHED = (_optional_json_numbers,)  # per-round samples: nearly every line's its own
 
 
 def storable(rows: Iterable[dict], check: str = "") -> list[dict]:

@@ -35,12 +35,17 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .contract import ZooError
-from .export import DATABASE, EXPORT, ExportError, RunRecords, check_records, export_bytes, read_export
+from .export import (DATABASE, EXPORT, ExportError, RunRecords, check_records, export_bytes, export_with_digests,
+                     parse_export, read_export)
 from .store import SQLITE_HEADER, Store, StoreError, disk_full
 
 SCRATCH = ".zoo-cache"  # ignored by git: the lock, staged files, the journal, executors' temporary files
 LOCK, JOURNAL, STAGING = "lock", "publish.json", "publish-"
 KEPT = (DATABASE, EXPORT)  # never removed by a publication
+_JOINED: dict[tuple[Path, Path], str] = {}
+"""(export, database) -> the sha256 of the export as this process last joined it with that database or wrote it
+from it. A publication that finds those bytes there has nothing to join: it neither reads nor checks a board's
+runs again (each pass over a board of 180,000 rows cost seconds)."""
 
 
 class FolderError(ZooError):
@@ -73,10 +78,12 @@ class BoardFolder:
 
     def _joined_store(self) -> Store:
         """With the lock held: the database, checked, joined with the export."""
-        exported = self._read_export()  # a bad export is refused before a database is created or changed
+        data = self._export_bytes()
+        kept = self._parse(data)  # a bad export is refused before a database is created or changed
         store = Store(self.database)
         store.check()
-        self._join(store, exported)
+        self._join(store, kept)
+        self._remember(store, data)
         return store
 
     def for_reading(self) -> Store:
@@ -87,17 +94,39 @@ class BoardFolder:
         if self._writable():
             with self._locked():  # finish an interrupted publication, so what is read is one of them
                 pass
-        exported = self._read_export()
+        kept = self._parse(self._export_bytes())
         store = Store(self.database, readonly=True).copy_to_memory() if self.database.exists() else \
             Store.in_memory(f"{self.export} (read into memory)")
-        self._join(store, exported)
+        self._join(store, kept)
         return store
 
-    def _read_export(self) -> dict[str, RunRecords]:
+    def _export_bytes(self) -> bytes | None:
+        """The export's bytes (None: there is none); one that is a link or cannot be read is refused."""
         if self.export.is_symlink():
             raise FolderError(f"{self.export}: a symbolic link; the zoo rewrites {EXPORT} in place, so keep the "
                               "file itself there")
-        return read_export(self.export) if self.export.exists() else {}
+        if not self.export.exists():
+            return None
+        if not self.export.is_file():  # a pipe, a folder: never read (a pipe would block)
+            raise ExportError(f"{self.export}: not a regular file")
+        try:
+            return self.export.read_bytes()
+        except OSError as exc:
+            raise ExportError(f"{self.export}: cannot read it ({exc.strerror or exc})") from None
+
+    def _parse(self, data: bytes | None) -> dict[str, RunRecords]:
+        return {} if data is None else parse_export(data, self.export)
+
+    def _key(self, store: Store) -> tuple[Path, Path]:
+        return self.export.resolve(), store.path.resolve()
+
+    def _remember(self, store: Store, data: bytes | None) -> None:
+        """The export's bytes are now what ``store`` was joined with (or wrote)."""
+        _JOINED[self._key(store)] = hashlib.sha256(data or b"").hexdigest()
+
+    def _joined_already(self, store: Store, data: bytes | None) -> bool:
+        """Whether this process last joined ``store`` with these very bytes (or wrote them from it)."""
+        return _JOINED.get(self._key(store)) == hashlib.sha256(data or b"").hexdigest()
 
     def _join(self, store: Store, exported: dict[str, RunRecords]) -> None:
         mine = checked(store)
@@ -105,13 +134,14 @@ class BoardFolder:
         self.unexported = sorted(set(mine) - set(exported))
         adding, digests, conflicts = [], {}, []
         for run_id, theirs in exported.items():
-            theirs_digest, ours = theirs.digest(), mine.get(run_id)
+            ours = mine.get(run_id)
             if ours is None:
                 if theirs.jobs:  # a run exported before any job finished carries nothing
                     adding.append(theirs)
-                    digests[run_id] = theirs_digest
+                    if not store.in_memory_only:  # a copy in memory outlives no command: it records none
+                        digests[run_id] = theirs.digest()
                 continue
-            ours_digest = ours.digest()
+            ours_digest, theirs_digest = ours.digest(), theirs.digest()
             if ours_digest == theirs_digest:
                 if agreed.get(run_id) != theirs_digest:
                     digests[run_id] = theirs_digest
@@ -136,12 +166,14 @@ class BoardFolder:
         with self._locked():
             files = dict(files)
             if store is not None:
-                self._join(store, self._read_export())
-                runs = store.records()
-                files[EXPORT] = export_bytes(runs.values())
+                data = self._export_bytes()
+                if not self._joined_already(store, data):
+                    self._join(store, self._parse(data))
+                files[EXPORT], digests = export_with_digests(store.records().values())
             written = self._commit(files, [name for name in remove if name not in files])
             if store is not None:
-                store.set_exported({run_id: run.digest() for run_id, run in runs.items() if run.jobs})
+                store.set_exported(digests)
+                self._remember(store, files[EXPORT])
         return written
 
     def _commit(self, files: dict[str, bytes], remove: list[str]) -> list[Path]:
@@ -245,9 +277,10 @@ class BoardFolder:
                                   f"copies in {str(self.path)!r} ({theirs[differing[0]].describe()} there, "
                                   f"{ours[differing[0]].describe()} here): nothing was merged")
             added = store.add([run for run_id, run in theirs.items() if run_id not in ours and run.jobs], only_new=True)
-            runs = store.records()
-            self._commit({EXPORT: export_bytes(runs.values())}, [])
-            store.set_exported({run_id: run.digest() for run_id, run in runs.items() if run.jobs})
+            data, digests = export_with_digests(store.records().values())
+            self._commit({EXPORT: data}, [])
+            store.set_exported(digests)
+            self._remember(store, data)
         return added, len(theirs) - len(added)
 
     def prune(self, choose, dry_run: bool = False) -> list[RunRecords]:
@@ -266,8 +299,9 @@ class BoardFolder:
             doomed = [run for run_id, run in sorted(known.items()) if run_id in chosen]
             if doomed:
                 store.remove(run.run_id for run in doomed)
-                kept = store.records()
-                self._commit({EXPORT: export_bytes(kept.values())}, [])
+                data = export_bytes(store.records().values())
+                self._commit({EXPORT: data}, [])
+                self._remember(store, data)
         return doomed
 
 

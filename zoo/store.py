@@ -140,6 +140,11 @@ class Store:
         return store
 
     @property
+    def in_memory_only(self) -> bool:
+        """Whether the store lives in this process only (nothing it records outlives the command)."""
+        return self._uri is not None
+
+    @property
     def label(self) -> str:
         """What messages call the store: its path."""
         return str(self.path)
