@@ -225,7 +225,7 @@ def test_overlapping_intervals_tie_a_wide_one_is_marked_and_the_board_states_its
 
     readme = render(store, run, tmp_path / "board")[0].read_text()
     assert ("Reproducibility: each cell was timed in 3 fresh processes" in readme
-            and "2 of 6 of these figures have one wider than 0.1 of their value" in readme), readme  # b: time and ratio
+            and "2 of 6 of these figures have one reaching farther than 0.05 of their value from them" in readme), readme  # b
 
 
 def test_an_own_time_carries_the_machines_drift_over_the_run_and_a_ratio_does_not(tmp_path):

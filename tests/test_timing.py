@@ -7,7 +7,7 @@ import pandas as pd
 
 from zoo.compare import timing_changes
 from zoo.ranking import places
-from zoo.timing import figure, rounds
+from zoo.timing import figure, rounds, strays
 
 
 def test_a_figure_pools_every_process_and_its_interval_reaches_each_process_median():
@@ -33,6 +33,15 @@ def test_a_skewed_spread_never_gives_a_negative_end():
 def test_agreeing_processes_get_an_interval_no_narrower_than_their_rounds_spread():
     result = figure([[1.0, 1.2, 0.8], [1.0, 1.2, 0.8]])
     assert result.between == 0.0 and result.low < 1.0 < result.high
+
+
+def test_a_figure_at_one_end_of_an_interval_narrower_than_the_threshold_is_still_marked():
+    """What a reader needs is how far a rerun may land from the figure shown, not how wide its interval is: 1.0
+    with an earlier run at 1.07 strays under a threshold of 0.1 (an interval 7% wide); in the middle of an interval
+    as wide, it does not, and past 10% wide it does wherever it sits."""
+    assert strays(1.0, 1.0, 1.07, 0.1) and strays(1.0, 0.93, 1.0, 0.1)
+    assert not strays(1.0, 0.965, 1.035, 0.1) and not strays(1.0, 0.96, 1.04, 0.1)
+    assert strays(1.0, 0.94, 1.06, 0.1) and not strays(1.0, 1.0, 1.07, 0.2)
 
 
 def test_rounds_alternate_the_order_of_the_callables():

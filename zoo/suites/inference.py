@@ -33,7 +33,7 @@ from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_excepti
 from zoo.environment import run_shared
 from zoo.measure import bytes_read, count_flops
 from zoo.plan import extrapolate, out_of_memory
-from zoo.timing import figure
+from zoo.timing import figure, strays
 
 SUITE = "inference"
 STANDARD = decoding.STANDARD_DECODES
@@ -509,7 +509,8 @@ def _fmt_token(seconds) -> str:
 
 def _varies(board, variant, check, n, batch, versus="") -> bool:
     """The figure's interval (every process's median, at least the steps' spread; for the variant's own time per
-    token also the machine's drift over the run, :meth:`Board.drift`) is wider than the run's threshold."""
+    token also the machine's drift over the run, :meth:`Board.drift`) reaches farther from it than half the run's
+    threshold (:func:`zoo.timing.strays`)."""
     mode = mode_of_card(board, variant)
     value, low, high = (board.value(variant, check, mode, DECODE, n, versus=versus, field=f, batch=batch)
                         for f in ("value", "low", "high"))
@@ -519,7 +520,7 @@ def _varies(board, variant, check, n, batch, versus="") -> bool:
     drift = board.drift(SUITE, check, STANDARD.values(), mode, DECODE, n, batch) if check == "decode-time" else None
     if drift is not None and not versus:
         low, high = min(low, value * drift[0]), max(high, value * drift[1])
-    return (high - low) / value > threshold
+    return strays(value, low, high, threshold)
 
 
 def mode_of_card(board, variant) -> str:
@@ -693,7 +694,7 @@ def section(board) -> zoo.Section:
         "interquartile range; for a time per token also the machine's drift over the run: the standard decode, "
         "timed beside each variant in its own job, landed apart by (largest - smallest) / median "
         + (f"{statistics.median(drifts):.3g} over the cells, largest {max(drifts):.3g}" if drifts else "(not measured)")
-        + ") is wider than the run's threshold; compare ratios, measured in the same turns, not times, between runs.",
+        + ") reaches farther from it than half the run's threshold; compare ratios, measured in the same turns, not times, between runs.",
     ]
     tables = [zoo.Table("State each sequence keeps", [], states),
               zoo.Table("Time per generated token", [], times, footnotes=notes.reasons)]
@@ -703,7 +704,7 @@ def section(board) -> zoo.Section:
             "Time per generated token of the variant's decode / that of another decode of the same function its "
             "plugin declares (a decoder baseline, checked against the forward by the correctness suite), median of "
             "per-turn ratios, the two taking turns step by step in the same cells as above; *varies*: the ratio's "
-            "interval is wider than the run's threshold."]))
+            "interval reaches farther from it than half the run's threshold."]))
     if absent:
         tables.append(zoo.Table("Variants that do not decode", [], absent))
     plots = {}
@@ -799,7 +800,9 @@ SUITE_DEFINITION = zoo.Suite(
         "state_contexts": (16384, 32768),  # contexts the state is stated at beyond the timed ones (formula)
         "bandwidth_mib": 256,
         "flush_mib": 64,  # read before every timed step (at least twice the last-level cache the machine reports)
-        "interval_threshold": 0.1,  # a time per token whose interval is wider than this fraction is marked varies
+        # a time per token whose interval reaches farther than half this fraction from it is marked varies
+        # (zoo.timing.strays)
+        "interval_threshold": 0.1,
     },
     presets={
         "full": {"contexts": (1024, 2048, 4096, 8192, 16384, 32768), "steps": 256, "warmup_steps": 8,

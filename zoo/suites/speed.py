@@ -30,7 +30,7 @@ from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows, shared
 from zoo.scaling import fit_exponent, timed
 from zoo.suite import legacy_names
-from zoo.timing import figure, measure_cell, relative_spread
+from zoo.timing import figure, measure_cell, relative_spread, strays
 from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_attention_workloads
 
 SUITE = "speed"
@@ -406,10 +406,10 @@ def _confirmed(board, variant, mode, phase, n, versus) -> bool:
     return board.value(variant, "time-between", mode, phase, n, versus=versus) is not None or (reruns or 0) > 0
 
 
-def _width(board, variant, mode, phase, n, versus="") -> float | None:
-    """How wide the figure's stated interval is, as a fraction of it: the variant's time, with the machine's drift
-    over the run (:meth:`Board.drift`), or (versus) its ratio to that callable, measured in the same rounds. None for
-    a figure stored without an interval."""
+def _stated(board, variant, mode, phase, n, versus="") -> tuple[float, float, float] | None:
+    """The figure and its stated interval: the variant's time, with the machine's drift over the run
+    (:meth:`Board.drift`), or (versus) its ratio to that callable, measured in the same rounds. None for a figure
+    stored without an interval."""
     check = "time-ratio" if versus else "time"
     value, low, high = (board.value(variant, check, mode, phase, n, versus=versus, field=f)
                         for f in ("value", "low", "high"))
@@ -418,15 +418,15 @@ def _width(board, variant, mode, phase, n, versus="") -> float | None:
     drift = None if versus else board.drift(SUITE, "time", COMPARATORS.values(), mode, phase, n)
     if drift is not None:
         low, high = min(low, value * drift[0]), max(high, value * drift[1])
-    return (high - low) / value
+    return value, low, high
 
 
 def _varies(board, variant, mode, phase, n, versus="") -> bool:
-    """The figure's interval (its processes' medians and its rounds' spread) is wider than the run's threshold: a
-    rerun may land elsewhere."""
-    width, threshold = _width(board, variant, mode, phase, n, versus), getattr(board.settings_of(SUITE),
-                                                                             "interval_threshold", None)
-    return width is not None and threshold is not None and width > threshold
+    """The figure's interval (its processes' medians, its rounds' spread, its earlier runs) reaches farther from it
+    than the run's threshold allows (:func:`zoo.timing.strays`): a rerun may land elsewhere."""
+    interval = _stated(board, variant, mode, phase, n, versus)
+    threshold = getattr(board.settings_of(SUITE), "interval_threshold", None)
+    return interval is not None and threshold is not None and strays(*interval, threshold)
 
 
 def _missing(board, variant: str, mode: str, phase: str, n) -> str:
@@ -592,8 +592,9 @@ def _reproducibility_line(board) -> str:
             f"median): {described}.{drift}{_between_runs_text(board, comparators)} A figure's interval [low-high] "
             "spans every process's median and at least the rounds' interquartile range, a time's also the run's "
             "drift, and the same figure in those earlier runs; "
-            + (f"{sum(marked)} of {len(marked)} of these figures have one wider than {threshold:g} of their value and "
-               "are marked *varies* (a rerun may land elsewhere); " if threshold is not None else "")
+            + (f"{sum(marked)} of {len(marked)} of these figures have one reaching farther than {threshold / 2:g} of "
+               "their value from them and are marked *varies* (a rerun may land elsewhere); "
+               if threshold is not None else "")
             + "ranked variants whose intervals overlap share a rank.")
 
 
@@ -741,8 +742,8 @@ def section(board) -> zoo.Section:
             "timed the cell); *noisy* marks a cell whose IQR/median stayed above the run's threshold after "
             "re-measuring, *varies* a time or ratio whose interval (every process's median, at least the rounds' "
             "interquartile range, the same figure in earlier runs of the same source; for a time also the machine's "
-            "drift over the run, see Reproducibility above) is wider than the run's threshold (a rerun may land "
-            "elsewhere). An approximation's "
+            "drift over the run, see Reproducibility above) reaches farther from it than half the run's threshold (a "
+            "rerun may land elsewhere). An approximation's "
             "forward "
             "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
@@ -763,7 +764,7 @@ def section(board) -> zoo.Section:
                   "the variant cannot avoid, timed in the forward pass only; a *peer* is another library's "
                   "implementation of the same function, timed in the forward pass after a first call that is not "
                   "timed, whose output agreed with the variant's; its first call, where compilation happens, is "
-                  "given beside its ratio; *varies*: the ratio's interval is wider than the run's threshold)."])]
+                  "given beside its ratio; *varies*: the ratio's interval reaches farther from it than half the run's threshold)."])]
     if sweeps:
         tables.append(zoo.Table("Approximation error against the plugin's own options", [], sweeps, note=[
             "Each approximation's normalised error (0 exact, 1 = each query's mean of the values) at the values of "
@@ -866,8 +867,9 @@ SUITE_DEFINITION = zoo.Suite(
         # a cell whose IQR exceeds this fraction of its median is re-measured (up to noise_retries times, adding
         # rounds) and, if still noisy, marked on the board
         "noise_threshold": 0.2, "noise_retries": 1,
-        # a time or ratio whose interval (every process's median, at least the rounds' IQR) is wider than this
-        # fraction of its value is marked on the board (a rerun may land elsewhere); overlapping ranks are tied
+        # a time or ratio whose interval (every process's median, at least the rounds' IQR, earlier runs) reaches
+        # farther than half this fraction from it is marked on the board (zoo.timing.strays: a rerun may land
+        # elsewhere); overlapping ranks are tied
         "interval_threshold": 0.1,
         # a last-resort safety net, not a plan: a variant whose one warm call takes longer is not timed at larger
         # lengths, and the board says so (None: none, as in the smoke profile: no clock decides anything there)
