@@ -228,14 +228,32 @@ def test_a_run_whose_export_copy_is_not_the_one_written_is_an_error_and_nothing_
     assert "linear" in set(store.jobs(run).variant)
 
 
-def test_a_run_changed_here_since_it_was_exported_keeps_the_databases_copy_and_is_exported_next(tmp_path, capsys):
+def test_a_run_changed_here_since_it_was_exported_keeps_the_databases_copy_says_so_and_is_exported_next(tmp_path,
+                                                                                                       capsys):
     folder = tmp_path / "board"
     store, [run] = published(folder)
     store.record_job(run, "linear", "correctness", "done", 0.1, {}, [])  # a resumed run, not yet exported
     assert "linear" in set(BoardFolder(folder).for_reading().jobs(run).variant)
+    status, lines = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 0 and any(f"1 run(s) changed in results.sqlite since runs.jsonl last held them (resumed or "
+                               f"retried here: {run} (2 jobs, 3 rows exported, 3 jobs, 3 rows here)); the board shows "
+                               "this database's copy" in line for line in lines), lines  # never silently
     published(tmp_path / "unrelated")
-    assert zoo_here(capsys, "merge", tmp_path / "unrelated" / "results.sqlite", "--out", folder)[0] == 0
+    status, lines = zoo_here(capsys, "merge", tmp_path / "unrelated" / "results.sqlite", "--out", folder)
+    assert status == 0 and any(f"{run} (2 jobs" in line and "runs.jsonl now takes this database's copy" in line
+                               for line in lines), lines
     assert "linear" in {job["variant"] for job in read_export(folder / "runs.jsonl")[run].jobs}  # exported now
+    status, lines = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 0 and not any("changed in" in line for line in lines), lines  # agreed again: nothing to say
+
+
+def test_a_board_drawn_from_runs_the_export_lacks_says_so(tmp_path, capsys):
+    folder = tmp_path / "board"
+    store, _ = published(folder)
+    later = fabricate(store, "2026-02-01 00:00:00")  # recorded here, never exported
+    status, lines = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 0 and f"zoo: warning: 1 run(s) in results.sqlite are not in runs.jsonl yet ({later}); the next " \
+        f"`zoo run` or `zoo merge` into {folder} adds them" in lines, lines
 
 
 def test_a_run_with_no_job_yet_is_never_exported_nor_brought_back(tmp_path, capsys):

@@ -284,10 +284,8 @@ def _read_only_store(out: str):
 
     folder = BoardFolder(out)
     store = folder.for_reading()
-    if folder.unexported:  # a board rendered from runs the committed export lacks: say how they get kept
-        shown = ", ".join(folder.unexported[:3]) + (", ..." if len(folder.unexported) > 3 else "")
-        print(f"zoo: warning: {len(folder.unexported)} run(s) in {DATABASE} are not in {EXPORT} yet ({shown}); "
-              f"the next `zoo run` or `zoo merge` into {out} adds them", file=sys.stderr)
+    for line in folder.notices(writing=False):
+        print(line, file=sys.stderr)
     return store, folder.database
 
 
@@ -315,6 +313,8 @@ def cmd_merge(args) -> int:
     folder = BoardFolder(args.out)
     for source in args.databases:
         added, present = folder.merge(source)
+        for line in folder.notices(writing=True):
+            print(line, file=sys.stderr)
         print(f"zoo: merged {len(added)} run(s) from {source}" + (f" ({present} already here)" if present else ""),
               file=sys.stderr)
     return 0
@@ -336,6 +336,8 @@ def cmd_prune(args) -> int:
         return {_resolve_run(store, given, folder.database) for given in args.runs}
 
     removed = folder.prune(chosen, dry_run=args.dry_run)
+    for line in folder.notices(writing=not args.dry_run):
+        print(line, file=sys.stderr)
     verb = "would remove" if args.dry_run else "removed"
     for run in removed:
         print(f"zoo: {verb} run {run.run_id} (started {run.run['started']}, {run.describe()})", file=sys.stderr)

@@ -63,6 +63,7 @@ class BoardFolder:
         self.export = self.path / EXPORT
         self.scratch = self.path / SCRATCH
         self.unexported: list[str] = []  # after a join: the runs the database holds and the export does not
+        self.changed_here: list[str] = []  # after a join: runs the database changed since the export last held them
 
     # --- opening ----------------------------------------------------------------------------------------
 
@@ -132,7 +133,7 @@ class BoardFolder:
         mine = checked(store)
         agreed = store.exported()
         self.unexported = sorted(set(mine) - set(exported))
-        adding, digests, conflicts = [], {}, []
+        adding, digests, conflicts, changed = [], {}, [], []
         for run_id, theirs in exported.items():
             ours = mine.get(run_id)
             if ours is None:
@@ -147,14 +148,35 @@ class BoardFolder:
                     digests[run_id] = theirs_digest
             elif agreed.get(run_id) != theirs_digest:  # the export's copy is not the one this database last wrote
                 conflicts.append(f"run {run_id!r} ({store.label}: {ours.describe()}; {self.export}: {theirs.describe()})")
+            else:  # changed here since (resumed or retried): the database's copy, said so (:meth:`notices`)
+                changed.append(f"{run_id} ({theirs.describe()} exported, {ours.describe()} here)")
         if conflicts:
             raise FolderError(
                 f"{len(conflicts)} run(s) differ between {store.label!r} and {str(self.export)!r}, and the export's "
                 f"copy is not the one this database last wrote: {'; '.join(conflicts[:3])}; nothing was changed. "
                 f"Keep the copy you want: move {DATABASE} aside to use {EXPORT}'s, or restore {EXPORT} (git "
                 "checkout) to the one it wrote")
+        self.changed_here = sorted(changed)
         if adding or digests:
             store.add(adding, exported=digests, only_new=True)
+
+    def notices(self, writing: bool) -> list[str]:
+        """What the last join decided that its command should say (none of it silently): the database's runs the
+        export lacks (a command that only reads shows them; a writing one exports them), and the runs changed here
+        since the export last held them, whose database copy wins."""
+        def listed(runs: list[str]) -> str:
+            return "; ".join(runs[:3]) + ("; ..." if len(runs) > 3 else "")
+
+        lines = []
+        if self.unexported and not writing:
+            lines.append(f"zoo: warning: {len(self.unexported)} run(s) in {DATABASE} are not in {EXPORT} yet "
+                         f"({listed(self.unexported)}); the next `zoo run` or `zoo merge` into {self.path} adds them")
+        if self.changed_here:
+            then = f"{EXPORT} now takes this database's copy" if writing else \
+                f"the board shows this database's copy; the next `zoo run` or `zoo merge` into {self.path} exports it"
+            lines.append(f"zoo: note: {len(self.changed_here)} run(s) changed in {DATABASE} since {EXPORT} last held "
+                         f"them (resumed or retried here: {listed(self.changed_here)}); {then}")
+        return lines
 
     # --- writing ----------------------------------------------------------------------------------------
 

@@ -82,6 +82,8 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     _check_variant_settings(registry, names, settings, chosen)
     # plan: the run (new, or the one resumed, with its own settings) and the jobs it still lacks
     store = folder.for_writing()  # the database, with the runs of the committed export it lacks
+    for line in folder.notices(writing=True):
+        progress(line)
     run_id = _run_to_resume(store, retry_errors, folder) if resume else None
     if run_id is not None:
         settings = Profile.from_dict(store.settings(run_id), registry.suites)  # a resumed run keeps its own
