@@ -338,15 +338,18 @@ def export_with_digests(runs: Iterable[RunRecords]) -> tuple[bytes, dict[str, st
 
 def read_export(path: Path) -> dict[str, RunRecords]:
     """The runs of an export file by id, every line checked; :class:`ExportError` names the first bad one."""
+    return parse_export(export_file_bytes(path), Path(path))
+
+
+def export_file_bytes(path: Path) -> bytes:
+    """An export file's bytes; one that is not a regular file (a pipe would block) or cannot be read is refused."""
     path = Path(path)
     try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(path.stat().st_mode):
             raise ExportError(f"{path}: not a regular file")
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise ExportError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    return parse_export(data, path)
 
 
 def parse_export(data: bytes, path: Path) -> dict[str, RunRecords]:
@@ -424,8 +427,8 @@ def _check_record(where: str, record, numbered: bool, verdicts: dict) -> tuple[s
     place = record.get(ROW) if table == "results" and numbered else None
     if place is not None and _optional_integer(place):
         raise ExportError(f"{where}: results.{ROW}: {_optional_integer(place)}")
-    unknown = [k for k in record if k not in columns and k != "table" and not (k == ROW and table == "results"
-                                                                                   and numbered)]
+    known = {"table", ROW} if table == "results" and numbered else {"table"}
+    unknown = [k for k in record if k not in columns and k not in known]
     if unknown:
         raise ExportError(f"{where}: a {table} record with columns this zoo does not know: {', '.join(sorted(unknown))}")
     defaults = _DEFAULTS[table]

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .contract import ZooError
-from .export import (DATABASE, EXPORT, ExportError, RunRecords, check_records, export_bytes, export_with_digests,
-                     parse_export, read_export)
+from .export import (DATABASE, EXPORT, ExportError, RunRecords, check_records, export_bytes, export_file_bytes,
+                     export_with_digests, parse_export, read_export)
 from .store import SQLITE_HEADER, Store, StoreError, disk_full
 
 SCRATCH = ".zoo-cache"  # ignored by git: the lock, staged files, the journal, executors' temporary files
@@ -106,14 +106,7 @@ class BoardFolder:
         if self.export.is_symlink():
             raise FolderError(f"{self.export}: a symbolic link; the zoo rewrites {EXPORT} in place, so keep the "
                               "file itself there")
-        if not self.export.exists():
-            return None
-        if not self.export.is_file():  # a pipe, a folder: never read (a pipe would block)
-            raise ExportError(f"{self.export}: not a regular file")
-        try:
-            return self.export.read_bytes()
-        except OSError as exc:
-            raise ExportError(f"{self.export}: cannot read it ({exc.strerror or exc})") from None
+        return export_file_bytes(self.export) if self.export.exists() else None
 
     def _parse(self, data: bytes | None) -> dict[str, RunRecords]:
         return {} if data is None else parse_export(data, self.export)
