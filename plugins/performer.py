@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.functional import exp_kernel_attention, merge_heads, split_heads
+from zoo.functional import continue_exp_kernel, exp_kernel_attention, merge_heads, split_heads
 from zoo.reference import reference_mask, weighted_sum
 
 
@@ -107,21 +107,27 @@ def _allowed(logits, key_mask):
     return logits if key_mask is None else logits.masked_fill(~key_mask[:, None, :, None], -math.inf)
 
 
+PREFILL_PIECE = 1024
+"""Prompt tokens a prefill takes at a time, each piece continuing from the state the earlier ones left: its memory
+is one piece's features, not the whole prompt's (at batch 16 and 16384 tokens those are gigabytes)."""
+
+
 def prefill(module, query, key, value, key_mask=None):
-    """The causal forward over the prompt, and the state its allowed keys leave: sum phi(k)^T [v, 1] per head (the
-    normaliser as a ones column beside the values), kept relative to the keys' largest logit (-inf for none: the
-    first allowed key of a step then sets it)."""
+    """The causal forward over the prompt, a piece at a time (``PREFILL_PIECE``), and the state its allowed keys
+    leave: sum phi(k)^T [v, 1] per head (the normaliser as a ones column beside the values), kept relative to the
+    keys' largest logit (-inf for none: the first allowed key of a step then sets it)."""
     q, k, v = (split_heads(x, module.num_heads) for x in (query, key, value))
-    fq, v = module.query_features(q), v.to(torch.promote_types(v.dtype, torch.float32))
-    mask = None if key_mask is None else key_mask[:, None, None, :]
-    key_logits = module.logits(k)  # computed once: the forward masks its own copy
-    out = exp_kernel_attention(fq, key_logits, v, mask, True, module.chunk)
-    logits = _allowed(key_logits, key_mask)
-    shift = logits.amax(dim=(-2, -1), keepdim=True) if logits.shape[-2] else \
-        logits.new_full((*logits.shape[:2], 1, 1), -math.inf)
-    fk = torch.exp(logits - shift.masked_fill(torch.isinf(shift), 0.0))
-    state = {"kv": fk.transpose(-2, -1) @ F.pad(v, (0, 1), value=1.0), "shift": shift}
-    return merge_heads(out.to(query.dtype)), state
+    dtype = torch.promote_types(v.dtype, torch.float32)
+    kv = q.new_zeros(q.shape[0], module.num_heads, module.features, v.shape[-1] + 1, dtype=dtype)
+    shift = kv.new_full(kv.shape[:2], -math.inf)
+    outputs = []
+    for begin in range(0, max(q.shape[2], 1), PREFILL_PIECE):
+        piece = slice(begin, begin + PREFILL_PIECE)
+        logits = _allowed(module.logits(k[:, :, piece]), None if key_mask is None else key_mask[:, piece])
+        out, kv, shift = continue_exp_kernel(module.query_features(q[:, :, piece]), logits,
+                                             v[:, :, piece].to(dtype), kv, shift, module.chunk)
+        outputs.append(out)
+    return merge_heads(torch.cat(outputs, dim=2).to(query.dtype)), {"kv": kv, "shift": shift[..., None, None]}
 
 
 def step(module, state, query, key, value, key_mask=None):

@@ -105,5 +105,5 @@ def cases_for(variant: Variant) -> list[Case]:
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """max |actual - expected| / max(max |expected|, 1e-30), in float64."""
-    actual, expected = actual.double(), expected.double()
+    actual, expected = actual.detach().double(), expected.detach().double()  # a number: no graph
     return float((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-30))

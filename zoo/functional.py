@@ -231,7 +231,7 @@ def exp_kernel_attention(fq: Tensor, key_logits: Tensor, v: Tensor, attn_mask: T
         out = fq @ (torch.exp(key_logits - shift).transpose(-2, -1) @ F.pad(v, (0, 1), value=1.0))  # a ones column
         return _normalise(out[..., :-1], out[..., -1:])
     peak, fk = _per_key(key_logits)
-    return _causal_exp_chunked(fq, fk, peak, v, chunk)
+    return _causal_exp_chunked(fq, fk, peak, v, chunk)[0]
 
 
 def _per_key(key_logits: Tensor) -> tuple[Tensor, Tensor]:
@@ -253,33 +253,50 @@ def _quadratic_exp_kernel(fq: Tensor, key_logits: Tensor, v: Tensor, mask: Tenso
     return _normalise(scores @ v, scores.sum(dim=-1, keepdim=True))
 
 
-def _causal_exp_chunked(fq: Tensor, fk: Tensor, peak: Tensor, v: Tensor, size: int) -> Tensor:
+def continue_exp_kernel(fq: Tensor, key_logits: Tensor, v: Tensor, state: Tensor, shift: Tensor,
+                        chunk: int = 64) -> tuple[Tensor, Tensor, Tensor]:
+    """Causal :func:`exp_kernel_attention` of a segment that follows earlier keys, and the state it leaves: what a
+    decoder's prefill needs to take a long prompt a piece at a time (memory for one piece, not the prompt).
+    ``state`` (batch, heads, m, d + 1) is the earlier keys' sum of exp(logits - ``shift``) [v, 1], ``shift``
+    (batch, heads) their largest logit (-inf for none, with a zero state); every query of the segment reads it.
+    ``key_logits`` are -inf for padding keys. Returns the segment's output and the state and shift after its last
+    key, in the same form."""
+    peak, fk = _per_key(key_logits)
+    return _causal_exp_chunked(fq, fk, peak, v, chunk, state, shift)
+
+
+def _causal_exp_chunked(fq: Tensor, fk: Tensor, peak: Tensor, v: Tensor, size: int, state: Tensor | None = None,
+                        start: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     batch, heads, n, _ = fq.shape
+    if state is None:
+        state = fq.new_zeros(batch, heads, fk.shape[-1], v.shape[-1] + 1)
+        start = fq.new_full((batch, heads), -torch.inf)
     if n == 0:
-        return v * 0.0  # empty, and still in the graph: a backward through it runs
+        return v * 0.0, state, start  # empty, and still in the graph: a backward through it runs
     chunks = -(-n // size)
     pad = chunks * size - n
     v = F.pad(v, (0, 1), value=1.0)  # a ones column: the normaliser rides along with the values
     if pad:
         fq, fk, v = (F.pad(x, (0, 0, 0, pad)) for x in (fq, fk, v))
         peak = F.pad(peak, (0, pad), value=-torch.inf)
-    shift = _finite(peak.cummax(dim=-1).values)  # s_i: the largest M_j for j <= i
+    running = torch.maximum(peak.cummax(dim=-1).values, start.unsqueeze(-1))  # the largest M_j for j <= i
+    shift = _finite(running)  # s_i
     fq, fk, v = (x.reshape(batch, heads, chunks, size, x.shape[-1]) for x in (fq, fk, v))
     peak, shift = peak.view(batch, heads, chunks, size), shift.view(batch, heads, chunks, size)
     local = (fq @ fk.transpose(-2, -1)) * torch.exp((peak.unsqueeze(-2) - shift.unsqueeze(-1)).clamp(max=0)).tril()
     end = shift[..., -1]  # (b, h, chunks): each chunk's state is kept relative to the shift at its last position
     kv = (fk * torch.exp(peak - end.unsqueeze(-1)).unsqueeze(-1)).transpose(-2, -1) @ v  # (b, h, chunks, m, d + 1)
-    before = F.pad(end, (1, 0), value=-torch.inf)[..., :-1]  # the shift the state entering each chunk is kept at
-    carry = torch.exp((before[..., 1:] - end[..., 1:]).clamp(max=0))  # rescale from one chunk's end to the next's
-    state, states = torch.zeros_like(kv[:, :, 0]), []
+    before = torch.cat((start.unsqueeze(-1), end[..., :-1]), dim=-1)  # the shift the state entering each chunk is at
+    carry = torch.exp((before - end).clamp(max=0))  # rescale from one chunk's entry to its end (0 from none)
+    states = []
     for index, chunk_kv in enumerate(kv.unbind(2)):  # a rising maximum rescales the state: no cumsum can
         states.append(state)
-        state = chunk_kv if index == 0 else state * carry[..., index - 1, None, None] + chunk_kv
+        state = state * carry[..., index, None, None] + chunk_kv
     entering = torch.stack(states, 2)
     read = torch.exp((before.unsqueeze(-1) - shift).clamp(max=0)).unsqueeze(-1)  # (b, h, chunks, size, 1)
     out = (fq @ entering) * read + local @ v
     out = _normalise(out[..., :-1], out[..., -1:])
-    return out.reshape(batch, heads, chunks * size, out.shape[-1])[:, :, :n]
+    return out.reshape(batch, heads, chunks * size, out.shape[-1])[:, :, :n], state, running[..., -1]
 
 
 def projected_sdpa(q: Tensor, k: Tensor, v: Tensor, num_heads: int, attn_mask: Tensor | None, is_causal: bool,

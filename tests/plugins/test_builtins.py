@@ -435,6 +435,45 @@ def test_exp_kernel_attention_keeps_earlier_outputs_when_a_future_key_has_huge_l
     assert not torch.allclose(after[..., 6:, :], before[..., 6:, :])
 
 
+def test_continue_exp_kernel_piece_by_piece_is_the_causal_forward_and_leaves_the_decoders_state():
+    """A sequence taken in pieces of every size (an empty one, one key, padding only, a piece whose key raises the
+    shift by 300), each from the state the earlier ones left, gives the causal forward's outputs, and the state at
+    the end is sum exp(logits - shift) [v, 1] over the allowed keys at their largest logit."""
+    from zoo.functional import continue_exp_kernel, exp_kernel_attention
+
+    g = torch.Generator().manual_seed(5)
+    fq = torch.rand(2, 2, 15, 5, generator=g, dtype=torch.float64)
+    logits = torch.randn(2, 2, 15, 5, generator=g, dtype=torch.float64)
+    logits[:, :, 9] += 300.0
+    v = torch.randn(2, 2, 15, 3, generator=g, dtype=torch.float64)
+    keep = torch.ones(2, 15, dtype=torch.bool)
+    keep[0, 3:6] = keep[1, 0] = False
+    allowed = logits.masked_fill(~keep[:, None, :, None], -torch.inf)
+    state, shift, pieces = fq.new_zeros(2, 2, 5, 4), fq.new_full((2, 2), -torch.inf), []
+    for begin, end in ((0, 0), (0, 3), (3, 6), (6, 7), (7, 15)):
+        out, state, shift = continue_exp_kernel(fq[:, :, begin:end], allowed[:, :, begin:end], v[:, :, begin:end],
+                                                state, shift, chunk=2)
+        pieces.append(out)
+    whole = exp_kernel_attention(fq, logits, v, keep[:, None, None, :], True, chunk=4)
+    assert torch.allclose(torch.cat(pieces, dim=2), whole, atol=1e-12, rtol=0)
+    largest = allowed.amax(dim=(-2, -1))
+    expected = torch.exp(allowed - largest[..., None, None]).transpose(-2, -1) @ torch.nn.functional.pad(v, (0, 1), value=1.0)
+    assert torch.equal(shift, largest) and torch.allclose(state, expected, atol=1e-12, rtol=0)
+
+
+def test_performer_prefill_in_pieces_passes_the_decode_checks(registry, monkeypatch):
+    """A prompt longer than a prefill piece (here 8 tokens, two chunks of the check options) is taken piece by
+    piece: every decode check of the correctness suite still passes, key padding included."""
+    from zoo.profiles import get_profile
+    from zoo.suites.correctness import check_decoding, check_decoding_isolation, check_decoding_state
+
+    monkeypatch.setattr(_performer_module(registry), "PREFILL_PIECE", 8)
+    variant, profile = registry.variant("performer"), get_profile("quick")
+    rows = [r for check in (check_decoding, check_decoding_state, check_decoding_isolation) for r in check(variant, profile)]
+    assert rows and all(r.status == "passed" for r in rows), [r for r in rows if r.status != "passed"]
+    assert any(r.params.get("prefill", 0) > 8 for r in rows if r.params), "no prompt spans two pieces"
+
+
 @pytest.mark.parametrize("name", BUILTINS)
 def test_every_builtin_names_the_best_known_implementation_of_its_math(registry, name):
     """The board shows each variant's ratio to the fastest known form of its math; a built-in without one would
