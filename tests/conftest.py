@@ -122,11 +122,16 @@ def minimal_variant(**changes) -> zoo.Variant:
 
 def run_python(*args, env=None, inherit=True, cwd=None, timeout=600, check=False):
     """``python ARGS`` in a child process, the one way the tests start one: its output captured as text; ``env``
-    adds to this process's environment (``inherit=False``: replaces it); ``check``: a failure raises."""
+    adds to this process's environment, with the tests' own modules on its path (plugin files the tests write
+    import their twins from ``twins``); ``inherit=False``: ``env`` replaces it; ``check``: a failure raises."""
     import subprocess
     import sys
 
-    environment = {**os.environ, **(env or {})} if inherit else env
+    environment = env
+    if inherit:
+        environment = {**os.environ, **(env or {})}
+        tests = str(Path(__file__).resolve().parent)
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, (tests, environment.get("PYTHONPATH"))))
     return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=environment,
                           cwd=cwd, timeout=timeout, check=check)
 

@@ -56,29 +56,14 @@ def zoo_register_variants(register):
 """
 
 MEAN_OF_VALUES = """
-import torch
 import zoo
-from torch import nn
-
-
-class MeanOfValues(nn.Module):
-    def __init__(self, d_model, num_heads=1):
-        super().__init__()
-
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
-        if is_causal:
-            return value.cumsum(1) / torch.arange(1, value.shape[1] + 1, dtype=value.dtype, device=value.device).view(1, -1, 1)
-        return value.mean(dim=1, keepdim=True).expand(-1, query.shape[1], -1)
-
-
-def reference(module, query, key, value, attn_mask=None, is_causal=False):  # shares the fast path's idea
-    return module(query.double(), key.double(), value.double(), is_causal=is_causal)
+from twins import MeanOfValues, mean_reference
 
 
 @zoo.hookimpl
 def zoo_register_variants(register):
     register(zoo.Variant(name="mean-of-values", summary="Claims to approximate softmax; returns mean(V).",
-                         family="test", citation="none", factory=MeanOfValues, reference=reference,
+                         family="test", citation="none", factory=MeanOfValues, reference=mean_reference,
                          approximates="softmax", tags=zoo.Tags(accepts_attn_mask=False, allows_different_lengths=False),
                          complexity=zoo.Complexity(time=1, memory=1)))
 """

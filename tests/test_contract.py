@@ -7,6 +7,7 @@ from torch import nn
 
 import zoo
 from conftest import minimal_variant
+from twins import ReturnsFloat64
 from zoo.api import build
 from zoo.contract import RegistrationError, VariantInputError, VariantOutputError
 
@@ -184,11 +185,6 @@ def test_each_input_check_names_the_variant_and_the_problem(tags, call, message)
 class ReturnsWrongShape(Plain):
     def forward(self, query, *args, **kwargs):
         return query[:, :1]
-
-
-class ReturnsFloat64(Plain):
-    def forward(self, query, *args, **kwargs):
-        return query.double()
 
 
 class ReturnsTuple(Plain):

@@ -100,9 +100,10 @@ def test_a_stale_database_neither_hides_nor_shrinks_a_newer_export(tmp_path, cap
 
 
 
-def test_a_publication_reads_the_export_again_only_when_it_changed_since_this_process_joined_it(tmp_path, monkeypatch):
-    """A run joins the export as it opens the folder and again as it publishes; the second pass is skipped for the
-    bytes it already joined (on the committed board each pass cost seconds), never for a pull that came between."""
+def test_a_publication_reads_the_export_again_only_when_it_changed_since_it_was_joined_or_agreed(tmp_path, monkeypatch):
+    """A run joins the export as it opens the folder and again as it publishes; both are skipped for the bytes the
+    database agreed with when they were last written (on the committed board each pass cost seconds) or this
+    process already joined, never for a pull that came between."""
     folder, other = tmp_path / "board", tmp_path / "other-clone"
     published(folder)
     other.mkdir()
@@ -116,10 +117,48 @@ def test_a_publication_reads_the_export_again_only_when_it_changed_since_this_pr
     store = BoardFolder(folder).for_writing()
     mine = fabricate(store, "2026-03-01 00:00:00")
     render(store, mine, folder, keep_runs=True)
-    assert len(parsed) == 1  # joined once, as the folder was opened
+    assert parsed == []  # the database agreed with this export when it was published
     shutil.copy(other / "runs.jsonl", folder / "runs.jsonl")  # a pull before the next publication
     render(store, mine, folder, keep_runs=True)
-    assert len(parsed) == 2 and {pulled, mine} <= set(read_export(folder / "runs.jsonl"))
+    assert len(parsed) == 1 and {pulled, mine} <= set(read_export(folder / "runs.jsonl"))
+
+
+def test_a_join_is_skipped_only_while_neither_the_database_nor_the_export_changed_since_they_agreed(
+        tmp_path, monkeypatch, capsys):
+    """After a publication the next commands neither read nor check the export's runs; a row changed in the
+    database by another tool since (its write is counted whoever makes it), or another export, brings the full
+    join back, and what it finds is said."""
+    folder = tmp_path / "board"
+    published(folder)
+    parsed = []
+    monkeypatch.setattr("zoo.folder.parse_export", lambda data, path: parsed.append(path) or read_export(path))
+    BoardFolder(folder).for_writing()
+    assert zoo_here(capsys, "leaderboard", "--out", folder)[0] == 0 and parsed == []
+
+    with contextlib.closing(sqlite3.connect(folder / "results.sqlite")) as db, db:
+        db.execute("UPDATE results SET value = 3.0 WHERE \"check\" = 'x-torch-sdpa'")
+    status, lines = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 0 and len(parsed) == 1 and any("changed in results.sqlite since runs.jsonl" in line for line in lines)
+    assert zoo_here(capsys, "leaderboard", "--out", folder)[0] == 0 and len(parsed) == 2  # still to say: not skipped
+
+    BoardFolder(folder).publish({}, Store(folder / "results.sqlite"))  # the export takes the database's copy
+    before = len(parsed)
+    status, lines = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 0 and len(parsed) == before and not any("changed in" in line for line in lines)
+
+
+def test_an_agreement_holds_only_if_nothing_was_written_since_it_was_decided(tmp_path):
+    """Another process's write between deciding and recording an agreement voids it, and so does any later write."""
+    store = Store(tmp_path / "results.sqlite")
+    run = fabricate(store, "2026-01-01 00:00:00")
+    decided = store.generation()
+    fabricate(store, "2026-01-02 00:00:00")  # written meanwhile
+    store.agree("a" * 64, decided)
+    assert store.agreed_export() is None
+    store.agree("a" * 64, store.generation())
+    assert store.agreed_export() == "a" * 64
+    store.finish_run(run, "2026-01-01 00:01:00")
+    assert store.agreed_export() is None
 
 def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
     """On a copy of the real committed board: leaderboard and compare change nothing; a smoke run, a run of one

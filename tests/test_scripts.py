@@ -1,9 +1,8 @@
 """The maintainers' scripts: scripts/reproducibility reads a folder's last runs as their boards stood."""
 
-import subprocess
-import sys
 from pathlib import Path
 
+from conftest import run_python
 from zoo.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,8 +27,7 @@ def _run(store: Store, started: str, ratios: dict[str, float], width: float) -> 
 
 
 def _reproducibility(folder: Path) -> str:
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "reproducibility"), "--out", str(folder)],
-                          capture_output=True, text=True, timeout=300)
+    done = run_python(REPO / "scripts" / "reproducibility", "--out", folder, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

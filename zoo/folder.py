@@ -8,7 +8,9 @@ as they go (ignored by git), and ``runs.jsonl``, the text export committed besid
   database changed it since they last agreed (a run resumed or retried here; the database records each run's
   digest as the export last held it); any other difference (the export's copy changed since: an older file
   checked out, a hand edit, a bad merge) is an error naming the run and both files, and nothing is changed. A
-  join never replaces or shrinks a run.
+  join never replaces or shrinks a run. It is skipped where the database records that it agreed, run for run,
+  with the very bytes the export holds now and nothing was written to it since (it counts every write:
+  ``Store.agree``): joining those would change nothing and have nothing to say.
 - **Kept runs only grow.** Only commands that add runs (``zoo run``, ``run-all``, ``merge``) write ``runs.jsonl``,
   and it then holds every run of the join (a run with no job yet carries nothing and is left out). Which runs
   the *board shows* is the renderer's business; ``zoo prune`` is the one command that removes runs, and it
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .contract import ZooError
-from .export import (DATABASE, EXPORT, ExportError, RunRecords, check_records, export_bytes, export_file_bytes,
+from .export import (DATABASE, EXPORT, ExportError, RunRecords, check_records, export_file_bytes,
                      export_with_digests, parse_export, read_export)
 from .store import SQLITE_HEADER, Store, StoreError, disk_full
 
@@ -80,10 +82,13 @@ class BoardFolder:
     def _joined_store(self) -> Store:
         """With the lock held: the database, checked, joined with the export."""
         data = self._export_bytes()
-        kept = self._parse(data)  # a bad export is refused before a database is created or changed
-        store = Store(self.database)
-        store.check()
-        self._join(store, kept)
+        if self.database.exists() and self._agreed(Store(self.database, readonly=True), data):
+            store = Store(self.database)
+        else:
+            kept = self._parse(data)  # a bad export is refused before a database is created or changed
+            store = Store(self.database)
+            store.check()
+            self._join(store, kept, data)
         self._remember(store, data)
         return store
 
@@ -95,10 +100,11 @@ class BoardFolder:
         if self._writable():
             with self._locked():  # finish an interrupted publication, so what is read is one of them
                 pass
-        kept = self._parse(self._export_bytes())
+        data = self._export_bytes()
         store = Store(self.database, readonly=True).copy_to_memory() if self.database.exists() else \
             Store.in_memory(f"{self.export} (read into memory)")
-        self._join(store, kept)
+        if not self._agreed(store, data):
+            self._join(store, self._parse(data), data)
         return store
 
     def _export_bytes(self) -> bytes | None:
@@ -122,7 +128,19 @@ class BoardFolder:
         """Whether this process last joined ``store`` with these very bytes (or wrote them from it)."""
         return _JOINED.get(self._key(store)) == hashlib.sha256(data or b"").hexdigest()
 
-    def _join(self, store: Store, exported: dict[str, RunRecords]) -> None:
+    def _agreed(self, store: Store, data: bytes | None) -> bool:
+        """Whether ``store`` agreed run for run with these very export bytes and nothing was written to it since
+        (then there is nothing to join and nothing to say)."""
+        if data is None or store.agreed_export() != hashlib.sha256(data).hexdigest():
+            return False
+        self.unexported, self.changed_here = [], []
+        return True
+
+    def _join(self, store: Store, exported: dict[str, RunRecords], data: bytes | None) -> None:
+        """Join the export's runs (``exported``, parsed from ``data``) into ``store`` (see the module's rules);
+        where they then hold the same runs and there is nothing to say, a file store records that it agrees with
+        these bytes."""
+        generation = store.generation()  # before reading it: a write from elsewhere meanwhile voids the agreement
         mine = checked(store)
         agreed = store.exported()
         self.unexported = sorted(set(mine) - set(exported))
@@ -150,8 +168,12 @@ class BoardFolder:
                 f"Keep the copy you want: move {DATABASE} aside to use {EXPORT}'s, or restore {EXPORT} (git "
                 "checkout) to the one it wrote")
         self.changed_here = sorted(changed)
+        agree = None if (data is None or store.in_memory_only or self.unexported or self.changed_here
+                         or generation is None) else (hashlib.sha256(data).hexdigest(), generation)
         if adding or digests:
-            store.add(adding, exported=digests, only_new=True)
+            store.add(adding, exported=digests, only_new=True, agree=agree)
+        elif agree is not None:
+            store.agree(*agree)
 
     def notices(self, writing: bool) -> list[str]:
         """What the last join decided that its command should say (none of it silently): the database's runs the
@@ -179,16 +201,26 @@ class BoardFolder:
         now (a pull during a run is kept). Returns the paths written."""
         self.path_must_be_writable()
         with self._locked():
-            files = dict(files)
-            if store is not None:
-                data = self._export_bytes()
-                if not self._joined_already(store, data):
-                    self._join(store, self._parse(data))
-                files[EXPORT], digests = export_with_digests(store.records().values())
-            written = self._commit(files, [name for name in remove if name not in files])
-            if store is not None:
-                store.set_exported(digests)
-                self._remember(store, files[EXPORT])
+            if store is None:
+                return self._commit(dict(files), [name for name in remove if name not in files])
+            data = self._export_bytes()
+            if not self._joined_already(store, data) and not self._agreed(store, data):
+                self._join(store, self._parse(data), data)
+            return self._export(store, files, remove)
+
+    def _export(self, store: Store, files: dict[str, bytes] | None = None, remove: Iterable[str] = ()) -> list[Path]:
+        """With the lock held: ``files`` and the export of every run ``store`` (the folder's database) holds,
+        published as a whole; each run's digest recorded as the export holds it, and, where the export on disk is
+        now those very bytes and nothing else wrote to the database meanwhile, that the two agree."""
+        generation = store.generation()  # before reading the runs: a write after it voids the agreement
+        files, runs = dict(files or {}), store.records()
+        files[EXPORT], digests = export_with_digests(runs.values())
+        written = self._commit(files, [name for name in remove if name not in files])
+        sha = hashlib.sha256(files[EXPORT]).hexdigest()
+        agrees = (generation is not None and len(digests) == len(runs)  # a run with no job yet is not exported
+                  and _digest(self.export) == sha)  # else changed by someone else since the journal: left as it is
+        store.set_exported(digests, agree=(sha, generation) if agrees else None)
+        self._remember(store, files[EXPORT])
         return written
 
     def _commit(self, files: dict[str, bytes], remove: list[str]) -> list[Path]:
@@ -292,10 +324,7 @@ class BoardFolder:
                                   f"copies in {str(self.path)!r} ({theirs[differing[0]].describe()} there, "
                                   f"{ours[differing[0]].describe()} here): nothing was merged")
             added = store.add([run for run_id, run in theirs.items() if run_id not in ours and run.jobs], only_new=True)
-            data, digests = export_with_digests(store.records().values())
-            self._commit({EXPORT: data}, [])
-            store.set_exported(digests)
-            self._remember(store, data)
+            self._export(store)
         return added, len(theirs) - len(added)
 
     def prune(self, choose, dry_run: bool = False) -> list[RunRecords]:
@@ -314,9 +343,7 @@ class BoardFolder:
             doomed = [run for run_id, run in sorted(known.items()) if run_id in chosen]
             if doomed:
                 store.remove(run.run_id for run in doomed)
-                data = export_bytes(store.records().values())
-                self._commit({EXPORT: data}, [])
-                self._remember(store, data)
+                self._export(store)
         return doomed
 
 

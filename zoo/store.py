@@ -71,13 +71,22 @@ CREATE TABLE IF NOT EXISTS exported (
     run_id TEXT PRIMARY KEY,
     digest TEXT NOT NULL
 );
-"""
+CREATE TABLE IF NOT EXISTS generation (value INTEGER NOT NULL);
+INSERT INTO generation (value) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM generation);
+CREATE TABLE IF NOT EXISTS agreement (export_sha256 TEXT NOT NULL, generation INTEGER NOT NULL);
+""" + "".join(f"CREATE TRIGGER IF NOT EXISTS {table}_{event.lower()} AFTER {event} ON {table} "
+              "BEGIN UPDATE generation SET value = value + 1; END;\n"
+              for table in ("runs", "jobs", "results", "exported") for event in ("INSERT", "UPDATE", "DELETE"))
 # exported: the digest of each run as the folder's runs.jsonl last held it (written or read), so a run that
 # differs between the database and the export can be told apart: changed here since, changed there (a
-# git pull), or both (a conflict)
+# git pull), or both (a conflict).
+# generation: how many rows of runs, jobs, results and exported have been written (its triggers count every
+# insert, update and delete, whoever makes it); agreement: the sha256 of an export that holds exactly this
+# store's runs, and the generation at which that was established (it holds while the generation has not moved)
 
-SCHEMA_VERSION = 6
-"""``PRAGMA user_version`` of a store this zoo writes (5: before rows had ``batch``; 4: before rows had ``low`` and
+SCHEMA_VERSION = 7
+"""``PRAGMA user_version`` of a store this zoo writes (6: before ``generation`` and ``agreement``; 5: before rows had
+``batch``; 4: before rows had ``low`` and
 ``high``; 3: before rows had
 ``versus`` and ``params``; 2: before
 ``exported``; 1: before per-round samples were kept; 0: a store written before the version was recorded, read as
@@ -374,13 +383,16 @@ class Store:
                         getattr(runs[record["run_id"]], table).append(record)
         return runs
 
-    def add(self, runs: Iterable[RunRecords], exported: dict[str, str] | None = None, only_new: bool = False) -> list[str]:
+    def add(self, runs: Iterable[RunRecords], exported: dict[str, str] | None = None, only_new: bool = False,
+            agree: tuple[str, int] | None = None) -> list[str]:
         """Write ``runs`` in one transaction and record ``exported`` digests; ``only_new``: skip runs the store
         already holds, decided inside the transaction (two processes adding the same runs at once add them
-        once). Returns the ids written."""
+        once); ``agree``: (export sha256, generation) as for :meth:`agree`, recorded after the writes. Returns the
+        ids written."""
         runs = list(runs)
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
+            unchanged = agree is not None and _generation(db) == agree[1]
             present = {row[0] for row in db.execute("SELECT run_id FROM runs")}
             written = []
             for run in runs:
@@ -394,6 +406,8 @@ class Store:
                 written.append(run.run_id)
             if exported:
                 db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(exported.items()))
+            if unchanged:
+                _set_agreement(db, agree[0])
         return written
 
     def remove(self, run_ids: Iterable[str]) -> None:
@@ -410,10 +424,40 @@ class Store:
                 return {}
             return dict(db.execute("SELECT run_id, digest FROM exported").fetchall())
 
-    def set_exported(self, digests: dict[str, str]) -> None:
-        """Record each run's digest as the export now holds it."""
+    def set_exported(self, digests: dict[str, str], agree: tuple[str, int] | None = None) -> None:
+        """Record each run's digest as the export now holds it; ``agree`` as for :meth:`add`."""
         with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            unchanged = agree is not None and _generation(db) == agree[1]
             db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(digests.items()))
+            if unchanged:
+                _set_agreement(db, agree[0])
+
+    # --- agreement with the export: what lets a command skip joining them -----------------------------------
+
+    def generation(self) -> int | None:
+        """How many writes the store's runs, jobs, rows and export digests have had (its triggers count each one,
+        whoever makes it): the same number at two moments means nothing was written between. None for a store
+        from before it was counted."""
+        with self._db() as db:
+            return _generation(db)
+
+    def agree(self, export_sha256: str, generation: int) -> None:
+        """Record that the export with this sha256 holds exactly this store's runs, as established at
+        ``generation``: recorded only if nothing was written since (another process may have been writing)."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            if _generation(db) == generation:
+                _set_agreement(db, export_sha256)
+
+    def agreed_export(self) -> str | None:
+        """The sha256 of the export this store last agreed with, if nothing was written to it since; else None."""
+        with self._db() as db:
+            if _generation(db) is None:
+                return None
+            row = db.execute("SELECT export_sha256 FROM agreement JOIN generation "
+                             "ON agreement.generation = generation.value").fetchone()
+            return row[0] if row else None
 
     def copy_to_memory(self) -> "Store":
         """This store's contents in a :meth:`in_memory` store (the file is only read)."""
@@ -438,6 +482,18 @@ def _upgrade(db: sqlite3.Connection) -> None:
         if column not in present:
             db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _generation(db: sqlite3.Connection) -> int | None:
+    """The store's write count (see :meth:`Store.generation`)."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'generation'").fetchone():
+        return None
+    return db.execute("SELECT value FROM generation").fetchone()[0]
+
+
+def _set_agreement(db: sqlite3.Connection, export_sha256: str) -> None:
+    db.execute("DELETE FROM agreement")
+    db.execute("INSERT INTO agreement SELECT ?, value FROM generation", (export_sha256,))
 
 
 def _delete_run(db: sqlite3.Connection, run_id: str) -> None:

@@ -8,32 +8,12 @@ from torch import nn
 
 import zoo
 from zoo.checks import FAILED, PASSED
-from zoo.functional import cached_attention, combine_masks, masked_sdpa, merge_heads, split_heads
+from zoo.functional import cached_attention, combine_masks, masked_sdpa, merge_heads
 from zoo.profiles import get_profile
-from zoo.reference import reference_mask, softmax_attention
 from conftest import BUILTINS
+from twins import Attention, MeanOfValues, ReturnsFloat64, blended, mean_reference, reference
 
 PROFILE = get_profile("quick")
-
-
-class Attention(nn.Module):
-    """Plain multi-head-split SDPA; subclasses break one property each."""
-
-    def __init__(self, d_model, num_heads=1):
-        super().__init__()
-        self.num_heads = num_heads
-
-    def heads(self, query, key, value):
-        return (split_heads(x, self.num_heads) for x in (query, key, value))
-
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
-        return merge_heads(masked_sdpa(*self.heads(query, key, value), attn_mask, is_causal))
-
-
-def reference(module, query, key, value, attn_mask=None, is_causal=False):
-    h = module.num_heads
-    heads = [x.double().unflatten(-1, (h, -1)).transpose(1, 2) for x in (query, key, value)]
-    return softmax_attention(*heads, reference_mask(attn_mask, is_causal, query.shape[1], key.shape[1])).transpose(1, 2).flatten(2)
 
 
 class Scaled(Attention):
@@ -106,11 +86,6 @@ class EmptyRowsGiveOnes(Attention):
             return out
         empty = ~mask.any(-1).expand(query.shape[0], self.num_heads, query.shape[1])[:, 0].unsqueeze(-1)
         return out.masked_fill(empty, 1.0)
-
-
-class ReturnsFloat64(Attention):
-    def forward(self, *args, **kwargs):
-        return super().forward(*args, **kwargs).double()
 
 
 class MakesCpuTensors(Attention):
@@ -202,26 +177,6 @@ def favor_features(module, x):
 
 RANDOM_FEATURES = {"random_features": zoo.RandomFeatures(features=favor_features, directions=lambda m: m.projection),
                    "options": {"features": 16}}
-
-
-class MeanOfValues(Attention):
-    """Each query's mean of the values it may see: what an approximation must beat. Its own reference
-    (below) agrees, so only the approximation check can catch it."""
-
-    blend = 0.0  # the share of true softmax attention mixed in
-
-    def forward(self, query, key, value, attn_mask=None, is_causal=False):
-        mean = value.cumsum(1) / torch.arange(1, value.shape[1] + 1).view(1, -1, 1) if is_causal else \
-            value.mean(dim=1, keepdim=True).expand_as(value)
-        return self.blend * super().forward(query, key, value, attn_mask, is_causal) + (1 - self.blend) * mean
-
-
-def blended(share: float):
-    return type(f"MeanOfValuesWith{share:g}Softmax", (MeanOfValues,), {"blend": share})
-
-
-def mean_reference(module, query, key, value, attn_mask=None, is_causal=False):
-    return module(query.double(), key.double(), value.double(), attn_mask, is_causal)
 
 
 def doubled_baseline(module):
