@@ -44,9 +44,9 @@ from .store import SQLITE_HEADER, Store, StoreError, disk_full
 SCRATCH = ".zoo-cache"  # ignored by git: the lock, staged files, the journal, executors' temporary files
 LOCK, JOURNAL, STAGING = "lock", "publish.json", "publish-"
 KEPT = (DATABASE, EXPORT)  # never removed by a publication
-_JOINED: dict[tuple[Path, Path], str] = {}
-"""(export, database) -> the sha256 of the export as this process last joined it with that database or wrote it
-from it. A publication that finds those bytes there has nothing to join: it neither reads nor checks a board's
+_JOINED: dict[tuple[Path, Path], str | None] = {}
+"""(export, database) -> the sha256 of the export (None: none) as this process last joined it with that database or
+wrote it from it. A publication that finds those bytes there has nothing to join: it neither reads nor checks a board's
 runs again (each pass over a board of 180,000 rows cost seconds)."""
 
 
@@ -82,14 +82,15 @@ class BoardFolder:
     def _joined_store(self) -> Store:
         """With the lock held: the database, checked, joined with the export."""
         data = self._export_bytes()
-        if self.database.exists() and self._agreed(Store(self.database, readonly=True), data):
+        sha = _sha256(data)
+        if self.database.exists() and self._agreed(Store(self.database, readonly=True), sha):
             store = Store(self.database)
         else:
             kept = self._parse(data)  # a bad export is refused before a database is created or changed
             store = Store(self.database)
             store.check()
-            self._join(store, kept, data)
-        self._remember(store, data)
+            self._join(store, kept, sha)
+        self._remember(store, sha)
         return store
 
     def for_reading(self) -> Store:
@@ -103,8 +104,9 @@ class BoardFolder:
         data = self._export_bytes()
         store = Store(self.database, readonly=True).copy_to_memory() if self.database.exists() else \
             Store.in_memory(f"{self.export} (read into memory)")
-        if not self._agreed(store, data):
-            self._join(store, self._parse(data), data)
+        sha = _sha256(data)
+        if not self._agreed(store, sha):
+            self._join(store, self._parse(data), sha)
         return store
 
     def _export_bytes(self) -> bytes | None:
@@ -120,26 +122,26 @@ class BoardFolder:
     def _key(self, store: Store) -> tuple[Path, Path]:
         return self.export.resolve(), store.path.resolve()
 
-    def _remember(self, store: Store, data: bytes | None) -> None:
-        """The export's bytes are now what ``store`` was joined with (or wrote)."""
-        _JOINED[self._key(store)] = hashlib.sha256(data or b"").hexdigest()
+    def _remember(self, store: Store, sha: str | None) -> None:
+        """The export (its sha256; None: there is none) is now what ``store`` was joined with (or wrote)."""
+        _JOINED[self._key(store)] = sha
 
-    def _joined_already(self, store: Store, data: bytes | None) -> bool:
-        """Whether this process last joined ``store`` with these very bytes (or wrote them from it)."""
-        return _JOINED.get(self._key(store)) == hashlib.sha256(data or b"").hexdigest()
+    def _joined_already(self, store: Store, sha: str | None) -> bool:
+        """Whether this process last joined ``store`` with the export of this sha256 (or wrote it from it)."""
+        return self._key(store) in _JOINED and _JOINED[self._key(store)] == sha
 
-    def _agreed(self, store: Store, data: bytes | None) -> bool:
-        """Whether ``store`` agreed run for run with these very export bytes and nothing was written to it since
+    def _agreed(self, store: Store, sha: str | None) -> bool:
+        """Whether ``store`` agreed run for run with the export of this sha256 and nothing was written to it since
         (then there is nothing to join and nothing to say)."""
-        if data is None or store.agreed_export() != hashlib.sha256(data).hexdigest():
+        if sha is None or store.agreed_export() != sha:
             return False
         self.unexported, self.changed_here = [], []
         return True
 
-    def _join(self, store: Store, exported: dict[str, RunRecords], data: bytes | None) -> None:
-        """Join the export's runs (``exported``, parsed from ``data``) into ``store`` (see the module's rules);
-        where they then hold the same runs and there is nothing to say, a file store records that it agrees with
-        these bytes."""
+    def _join(self, store: Store, exported: dict[str, RunRecords], sha: str | None) -> None:
+        """Join the export's runs (``exported``, parsed from the export of this sha256) into ``store`` (see the
+        module's rules); where they then hold the same runs and there is nothing to say, a file store records that
+        it agrees with that export."""
         generation = store.generation()  # before reading it: a write from elsewhere meanwhile voids the agreement
         mine = checked(store)
         agreed = store.exported()
@@ -168,8 +170,8 @@ class BoardFolder:
                 f"Keep the copy you want: move {DATABASE} aside to use {EXPORT}'s, or restore {EXPORT} (git "
                 "checkout) to the one it wrote")
         self.changed_here = sorted(changed)
-        agree = None if (data is None or store.in_memory_only or self.unexported or self.changed_here
-                         or generation is None) else (hashlib.sha256(data).hexdigest(), generation)
+        agree = None if (sha is None or store.in_memory_only or self.unexported or self.changed_here
+                         or generation is None) else (sha, generation)
         if adding or digests:
             store.add(adding, exported=digests, only_new=True, agree=agree)
         elif agree is not None:
@@ -204,8 +206,9 @@ class BoardFolder:
             if store is None:
                 return self._commit(dict(files), [name for name in remove if name not in files])
             data = self._export_bytes()
-            if not self._joined_already(store, data) and not self._agreed(store, data):
-                self._join(store, self._parse(data), data)
+            sha = _sha256(data)
+            if not self._joined_already(store, sha) and not self._agreed(store, sha):
+                self._join(store, self._parse(data), sha)
             return self._export(store, files, remove)
 
     def _export(self, store: Store, files: dict[str, bytes] | None = None, remove: Iterable[str] = ()) -> list[Path]:
@@ -216,11 +219,11 @@ class BoardFolder:
         files, runs = dict(files or {}), store.records()
         files[EXPORT], digests = export_with_digests(runs.values())
         written = self._commit(files, [name for name in remove if name not in files])
-        sha = hashlib.sha256(files[EXPORT]).hexdigest()
+        sha = _sha256(files[EXPORT])
         agrees = (generation is not None and len(digests) == len(runs)  # a run with no job yet is not exported
                   and _digest(self.export) == sha)  # else changed by someone else since the journal: left as it is
         store.set_exported(digests, agree=(sha, generation) if agrees else None)
-        self._remember(store, files[EXPORT])
+        self._remember(store, sha)
         return written
 
     def _commit(self, files: dict[str, bytes], remove: list[str]) -> list[Path]:
@@ -392,6 +395,11 @@ def _journal(path: Path) -> dict | None:
             or not all(_plain_name(name) for name in names) or any(name in KEPT for name in plan["remove"])):
         return None
     return plan
+
+
+def _sha256(data: bytes | None) -> str | None:
+    """An export's sha256 (None: there is none), taken once per join: a board's export is tens of megabytes."""
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def _digest(path: Path) -> str | None:
