@@ -1,7 +1,9 @@
 """FLOP counting (with the fused CPU attention formulas) and deterministic peak memory."""
 
+import pytest
 import torch
 import torch.nn.functional as F
+from conftest import BUILTINS
 
 from zoo.measure import count_flops, peak_memory
 
@@ -47,3 +49,57 @@ def test_flops_and_peak_memory_in_one_pass_equal_each_counter_alone():
         (torch.softmax(q @ q.transpose(-1, -2), -1) @ q).sum().backward()
 
     assert flops_and_peak_memory(step) == (count_flops(step), peak_memory(step))
+
+
+class _PlainPeakMemory(torch.utils._python_dispatch.TorchDispatchMode):
+    """The memory rule written the plain way (pytree over every op's arguments and outputs), to hold the lean
+    counter to it."""
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.current, self.peak = {}, 0, 0
+
+    def _release(self, key):
+        self.current -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import weakref
+
+        from torch.utils._pytree import tree_leaves
+
+        out = func(*args, **(kwargs or {}))
+        given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in given:
+                storage = t.untyped_storage()
+                key, size = storage.data_ptr(), storage.nbytes()
+                if size and key not in self.live:
+                    self.live[key] = size
+                    self.current += size
+                    self.peak = max(self.peak, self.current)
+                    weakref.finalize(storage, self._release, key)
+        return out
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_one_pass_counts_equal_torch_flop_counter_and_the_plain_memory_rule(registry, name):
+    """Every callable the speed suite times for a built-in (its baselines and floors too), forward+backward: the
+    lean counter's FLOPs, counted ops and peak memory equal FlopCounterMode's and the plain memory rule's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from zoo.measure import Counters
+    from zoo.profiles import get_profile
+    from zoo.suites.speed import _loads_at
+
+    variant = registry.variant(name)
+    loads = _loads_at(variant, get_profile("smoke", registry.suites), variant.tags.primary_mode, 64)
+    for who, load in loads.items():
+        call = load.train_step or load.forward
+        call()  # a first call may allocate what later ones reuse (a cached mask): both counters see warm calls
+        with FlopCounterMode(display=False) as torch_counter, _PlainPeakMemory() as plain:
+            call()
+        with Counters() as counters:
+            call()
+        expected = (torch_counter.get_total_flops(), sorted(map(str, torch_counter.get_flop_counts().get("Global", {}))),
+                    plain.peak)
+        assert (counters.flops, counters.ops(), counters.peak) == expected, who

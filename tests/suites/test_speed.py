@@ -160,7 +160,7 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
 
     import torch
 
-    from zoo.suites.speed import _count
+    from zoo.measure import count_flops
     from zoo.timing import measure_cell
 
     calls = {"slow": 0, "counted": 0}
@@ -175,10 +175,36 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
         return a @ a
 
     settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0).of("speed")
-    samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, settings, "counted", _count)
+    samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, settings, "counted",
+                                             lambda fn: count_flops(fn, with_ops=True))
     assert calls["slow"] == 1 + 3  # cold, then one per round
     assert flops == 2 * 64 ** 3 and ops == ["aten.mm"]
     assert len(samples["counted"]) == 3 and calls["counted"] >= 2 + 3  # counted cold call, warm-up, rounds
+
+
+def test_a_cells_flops_are_counted_once_in_a_run_and_a_further_process_calls_plainly(monkeypatch, tmp_path, registry):
+    """The first process counts (its cold call under the counting mode); a further process of the same run reads
+    the count and still makes its cold call, outside any dispatch mode."""
+    import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    from zoo.environment import RUN_CACHE
+    from zoo.suites.speed import _counter
+
+    monkeypatch.setenv(RUN_CACHE, str(tmp_path))
+    a = torch.randn(32, 32)
+    modes = []
+
+    def call():
+        modes.append(_get_current_dispatch_mode())
+        return a @ a
+
+    variant = registry.variant("dot-product")
+    first = _counter(variant, PROFILE, "full", "fwd", 64)(call)
+    again = _counter(variant, PROFILE, "full", "fwd", 64)(call)
+    other_cell = _counter(variant, PROFILE, "full", "fwd", 128)(call)
+    assert first == again == other_cell == (2 * 32 ** 3, ["aten.mm"])
+    assert len(modes) == 3 and modes[0] is not None and modes[1] is None and modes[2] is not None
 
 
 def test_a_cold_call_the_caller_already_made_is_not_made_again_and_its_count_is_the_cells():

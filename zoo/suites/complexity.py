@@ -1,7 +1,7 @@
 """Complexity suite: how FLOPs and peak memory grow with sequence length, against the claim.
 
-FLOPs (FlopCounterMode, with formulas for the fused CPU attention ops) and peak live tensor memory
-(a dispatch mode) are deterministic, so the verdicts rest on them; the time exponent comes from the
+FLOPs (torch's FlopCounterMode formulas, with formulas for the fused CPU attention ops) and peak live tensor
+memory, counted in one dispatch mode (:class:`zoo.measure.Counters`), are deterministic, so the verdicts rest on them; the time exponent comes from the
 speed suite. Shapes: the profile's complexity config (one head of 64 by default).
 """
 
@@ -265,8 +265,8 @@ def section(board) -> zoo.Section:
                 "verdict": "violated" if (verdicts == FAILED).any() else ("holds" if (verdicts == PASSED).any() else "n/a"),
                 "FLOP crossover with SDPA": "" if cross is None else f"n = {cross:.0f}",
             })
-    text = ("Exponents fitted on log-log over the three largest lengths measured (FLOPs by FlopCounterMode, "
-            "fused attention kernels included; peak live tensor memory by a dispatch mode). The verdict "
+    text = ("Exponents fitted on log-log over the three largest lengths measured (FLOPs by torch's "
+            "FlopCounterMode formulas, fused attention kernels included; peak live tensor memory by a dispatch mode). The verdict "
             "uses FLOPs and memory only (deterministic); the time exponent is from the speed suite. Shapes: batch 1, "
             f"d_model {shapes.d_model}, {shapes.heads} head(s), "
             f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.")
@@ -310,7 +310,7 @@ LEGACY_NAMES = {"memory-ratio": "memory-vs-{}", "flops": "{}-flops", "memory": "
 
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "how FLOPs and peak memory grow with the sequence length, against the variant's claim", measures=(
-        zoo.Measure("flops", "FLOPs of one call (FlopCounterMode, fused attention kernels included; with versus: "
+        zoo.Measure("flops", "FLOPs of one call (torch's FlopCounterMode formulas, fused attention kernels included; with versus: "
                     "that callable's)", "FLOP"),
         zoo.Measure("memory", "peak live tensor bytes of one call (with versus: that callable's)", "bytes"),
         zoo.Measure("flops-exponent", "FLOPs' fitted exponent in n, judged against the claimed time exponent", "exponent"),
