@@ -266,8 +266,9 @@ def section(board) -> zoo.Section:
                 "FLOP crossover with SDPA": "" if cross is None else f"n = {cross:.0f}",
             })
     text = ("Exponents fitted on log-log over the three largest lengths measured (FLOPs by torch's "
-            "FlopCounterMode formulas, fused attention kernels included; peak live tensor memory by a dispatch mode). The verdict "
-            "uses FLOPs and memory only (deterministic); the time exponent is from the speed suite. Shapes: batch 1, "
+            "FlopCounterMode formulas, fused attention kernels included; peak live tensor memory by a dispatch "
+            "mode). The verdict uses FLOPs and memory only (deterministic); the time exponent is from the speed "
+            "suite. Shapes: batch 1, "
             f"d_model {shapes.d_model}, {shapes.heads} head(s), "
             f"{settings.get('dtype', 'float32')}, on {settings.get('device', 'cpu')}.")
     mine = board.rows(SUITE)
