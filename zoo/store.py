@@ -392,22 +392,20 @@ class Store:
         runs = list(runs)
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            unchanged = agree is not None and _generation(db) == agree[1]
-            present = {row[0] for row in db.execute("SELECT run_id FROM runs")}
-            written = []
-            for run in runs:
-                if only_new and run.run_id in present:
-                    continue
-                for table, records in (("runs", [run.run]), ("jobs", run.jobs), ("results", run.results)):
-                    columns = TABLE_COLUMNS[table]
-                    names = ", ".join(f'"{c}"' for c in columns)
-                    db.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})",
-                                   [tuple(r[c] for c in columns) for r in records])
-                written.append(run.run_id)
-            if exported:
-                db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(exported.items()))
-            if unchanged:
-                _set_agreement(db, agree[0])
+            with _agreeing(db, agree):
+                present = {row[0] for row in db.execute("SELECT run_id FROM runs")}
+                written = []
+                for run in runs:
+                    if only_new and run.run_id in present:
+                        continue
+                    for table, records in (("runs", [run.run]), ("jobs", run.jobs), ("results", run.results)):
+                        columns = TABLE_COLUMNS[table]
+                        names = ", ".join(f'"{c}"' for c in columns)
+                        db.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})",
+                                       [tuple(r[c] for c in columns) for r in records])
+                    written.append(run.run_id)
+                if exported:
+                    db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(exported.items()))
         return written
 
     def remove(self, run_ids: Iterable[str]) -> None:
@@ -428,10 +426,8 @@ class Store:
         """Record each run's digest as the export now holds it; ``agree`` as for :meth:`add`."""
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            unchanged = agree is not None and _generation(db) == agree[1]
-            db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(digests.items()))
-            if unchanged:
-                _set_agreement(db, agree[0])
+            with _agreeing(db, agree):
+                db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(digests.items()))
 
     # --- agreement with the export: what lets a command skip joining them -----------------------------------
 
@@ -447,8 +443,8 @@ class Store:
         ``generation``: recorded only if nothing was written since (another process may have been writing)."""
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            if _generation(db) == generation:
-                _set_agreement(db, export_sha256)
+            with _agreeing(db, (export_sha256, generation)):
+                pass  # nothing to write: the agreement alone
 
     def agreed_export(self) -> str | None:
         """The sha256 of the export this store last agreed with, if nothing was written to it since; else None."""
@@ -489,6 +485,16 @@ def _generation(db: sqlite3.Connection) -> int | None:
     if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'generation'").fetchone():
         return None
     return db.execute("SELECT value FROM generation").fetchone()[0]
+
+
+@contextmanager
+def _agreeing(db: sqlite3.Connection, agree: tuple[str, int] | None):
+    """The writes made inside it (in the caller's transaction), then ``agree`` = (export sha256, generation) recorded
+    as the store's agreement if the store had not been written since that generation when they began."""
+    unchanged = agree is not None and _generation(db) == agree[1]
+    yield
+    if unchanged:
+        _set_agreement(db, agree[0])
 
 
 def _set_agreement(db: sqlite3.Connection, export_sha256: str) -> None:
