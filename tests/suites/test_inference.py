@@ -264,3 +264,21 @@ def test_a_failed_prefill_of_the_shorter_prompt_leaves_growth_unmeasured_or_an_e
         [growth] = [r for r in rows if r.check == "decode-growth"]
         assert growth.status == status and str(error) in growth.detail and "64 tokens" in growth.detail
         assert {r.n for r in rows if r.check == "decode-time" and r.status == MEASURED and not r.versus} == {64, 128}
+
+
+def test_a_steps_bytes_are_counted_once_in_a_run_and_a_further_process_steps_plainly(registry, monkeypatch, tmp_path):
+    """The first process counts what a step reads; a further process of the same run (the same shared folder)
+    reads the count and still makes the step, outside the counting mode, so its state advances alike."""
+    from zoo.environment import RUN_CACHE
+    from zoo.suites import inference
+
+    monkeypatch.setenv(RUN_CACHE, str(tmp_path))
+    counting = []
+    monkeypatch.setattr(inference, "bytes_read", lambda step: counting.append(step) or zoo.measure.bytes_read(step))
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(16,))
+    first, again = (rows_of(registry, "dot-product", profile) for _ in range(2))
+    read = [{r.versus: r.value for r in rows if r.check == "step-bytes"} for rows in (first, again)]
+    assert read[0] == read[1] and read[0][""] > 0 and len(read[0]) == 2  # the variant's and the standard decode's
+    assert len(counting) == 2  # in the first process only
+    states = [[r.value for r in rows if r.check == "state-bytes"] for rows in (first, again)]
+    assert states[0] == states[1]
