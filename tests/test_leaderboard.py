@@ -309,6 +309,33 @@ def test_which_should_i_use_offers_no_approximation_over_its_error_ceiling_and_s
     assert answer(["exact", "close"]) == (["exact", "close"], "")
 
 
+def test_which_should_i_use_names_the_top_value_as_the_best_and_the_variants_tied_with_a_pick(monkeypatch):
+    """A cost names the variant with the top value (not the first of those within the tie), and is a cost only
+    beyond the tie; a pick names the others it does not beat on its figure."""
+    import zoo.ranking as ranking
+    from zoo.suite import Axis
+
+    def figures(exponent, quality):
+        return {"exponent": Axis("exponent", exponent, "lower", f"{exponent:.2f}", use="long", tie=0.05),
+                "quality": Axis("quality", quality, "higher", f"{quality:.3f}", tie=0.02)}
+
+    known = {"first": figures(1.0, 0.70), "second": figures(1.02, 0.715), "third": figures(1.0, 0.60),
+             "steep": figures(2.0, 0.90)}
+    monkeypatch.setattr(ranking, "figures_of", lambda board, names: {v: known[v] for v in names})
+    rows = [{"variant": v, "class": "exact"} for v in known]
+    [one] = ranking.advice(None, {"core": rows})
+    [pick] = one.picks
+    assert (pick.variant, pick.tied) == ("first", ["second", "third"])
+    assert pick.costs == ["quality: 0.700 (the best: steep, 0.900)"]
+    assert "tied on it with second, third" in one.sentence()
+    known["steep"] = figures(2.0, 0.71)  # within the tie of the pick's 0.70: no cost; 0.715 is the top value
+    [one] = ranking.advice(None, {"core": rows})
+    assert one.picks[0].costs == []
+    known["first"], known["steep"] = figures(1.0, 0.60), figures(2.0, 0.73)  # 0.73 ties 0.715, ranked after it
+    [one] = ranking.advice(None, {"core": rows})
+    assert one.picks[0].costs == ["quality: 0.600 (the best: steep, 0.730)"]
+
+
 def test_the_accuracy_plot_draws_each_ratios_interval_as_a_bar(monkeypatch):
     """The scatter shows the noise of its x: each variant's interval, from low to high, as a horizontal bar."""
     from matplotlib.collections import LineCollection

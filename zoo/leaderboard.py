@@ -22,7 +22,7 @@ from .checks import MEASURED
 from .contract import Target
 from .export import EXPORT
 from .folder import BoardFolder
-from .ranking import advice, ceilings, gate_sentence, ranked_tables, stale_lines, standing_text, unranked_lines, why_unranked
+from .ranking import advice, ceilings, gate_sentence, ranked_tables, stale_lines, standing_text, ties, unranked_lines, why_unranked
 from .store import RESULT_COLUMNS, Store, device_kind
 from .suite import Section, Suite, generic_section, upgrade_name
 
@@ -226,7 +226,7 @@ def _readme(board: Board, tables, answers, unranked, sections: list[Section], pl
         "",
         markdown_table(pd.DataFrame([{"": k, "value": v} for k, v in {"run": board.run_id, **board.environment}.items()])),
         "",
-        *_advice_lines(answers, ceilings(board, tables)),
+        *_advice_lines(answers, ceilings(board, tables), ties(board, tables)),
         "## Leaderboard",
         "",
         *[line for paragraph in _intro(board) for line in (paragraph, "")],
@@ -248,15 +248,18 @@ def _readme(board: Board, tables, answers, unranked, sections: list[Section], pl
 
 ADVICE_INTRO = ("Computed from this board's ranked variants (none typed by hand): for each use, the best exact variant "
                 "and, when an approximation beats it there, that one too, each with what it costs (the figures it "
-                "trails its kind's best on). Each variant's place on the Pareto front of every figure is in the "
-                "tables below.")
+                "trails its kind's top value on). \"Exact\" means the variant computes its own documented function "
+                "exactly, not necessarily softmax: what that function gives up shows in its quality. Each variant's "
+                "place on the Pareto front of every figure is in the tables below.")
 
 
-def _advice_lines(answers, limits: list[str]) -> list[str]:
+def _advice_lines(answers, limits: list[str], ties: list[str]) -> list[str]:
     held = (f" A variant is offered only within these ceilings, whatever its speed: {'; '.join(limits)} (measured: "
             "an approximation whose error is unknown is not offered either).") if limits else ""
-    return ["## Which should I use?", "", ADVICE_INTRO + held, "", *[f"- {cell(a.sentence())}" for a in answers], ""] \
-        if answers else []
+    equal = (f" Figures this close count as equal, here and on the Pareto front (their noise): {'; '.join(ties)}; "
+             "a pick names the variants tied with it on its figure.") if ties else ""
+    return ["## Which should I use?", "", ADVICE_INTRO + held + equal, "",
+            *[f"- {cell(a.sentence())}" for a in answers], ""] if answers else []
 
 
 def _intro(board: Board) -> list[str]:
@@ -470,7 +473,8 @@ def _ran_on(jobs: pd.DataFrame) -> dict[str, str]:
     """Where the jobs ran, as recorded by each job: the machine(s) and device, with job counts."""
     places = Counter(f"{p['ran_on'].get('host')}, {device_kind(p['ran_on'])}"
                      for p in jobs.provenance if p.get("ran_on"))
-    return {"ran on": "; ".join(f"{place} ({count} jobs)" for place, count in sorted(places.items()))} if places else {}
+    return {"ran on": "; ".join(f"{place} ({count} of the board's jobs, its earlier runs' included)"
+                                for place, count in sorted(places.items()))} if places else {}
 
 
 # --- by device ---------------------------------------------------------------------------------------------

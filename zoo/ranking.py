@@ -165,7 +165,8 @@ def pareto_front(board: Board, variants: list[str]) -> dict[str, str]:
     out = {}
     for variant in variants:
         beaten_by = [other for other in variants if other != variant and dominates(figures[other], figures[variant])]
-        out[variant] = "yes" if not beaten_by else f"no: {beaten_by[0]} is as good on every figure, better on one"
+        out[variant] = "yes" if not beaten_by else (f"no: {beaten_by[0]} is as good on every figure (or within its "
+                                                    "tie), better on one")
     return out
 
 
@@ -177,11 +178,13 @@ class Pick:
     exact: bool
     figure: str
     costs: list[str]
+    tied: list[str] = field(default_factory=list)  # others it does not beat on the figure (within its tie)
 
     def sentence(self) -> str:
         """The pick as the board says it: 'linear (an approximation: 0.24x), at a cost: ...'."""
         cost = "at a cost: " + "; ".join(self.costs) if self.costs else "at no measured cost"
-        return f"{self.variant} ({'exact' if self.exact else 'an approximation'}: {self.figure}), {cost}"
+        tied = f"; tied on it with {', '.join(self.tied)}" if self.tied else ""
+        return f"{self.variant} ({'exact' if self.exact else 'an approximation'}: {self.figure}{tied}), {cost}"
 
 
 @dataclass
@@ -217,14 +220,24 @@ def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
         for name, use in uses.items():
             measured = _measured(name, variants, figures)
             offered = [v for v in measured if all(axis.admits() for axis in figures[v].values())]
-            picks = dict.fromkeys(p for p in (_best(name, [v for v in offered if v in exact], figures),
-                                              _best(name, offered, figures)) if p)
+            pools = ([v for v in offered if v in exact], offered)
+            picks = {p: pool for pool in pools for p in [_best(name, pool, figures)] if p}
             best = _best(name, measured, figures)
             if picks:
                 answers.append(Advice(kind, use, name, [Pick(v, v in exact, figures[v][name].text,
-                                                             _costs(v, costs, variants, figures)) for v in picks],
+                                                             _costs(v, costs, variants, figures),
+                                                             _tied(v, name, pool, figures))
+                                                        for v, pool in picks.items()],
                                       "" if best in picks else _passed_over(best, name, figures[best])))
     return answers
+
+
+def ties(board: Board, tables: dict[str, list[dict]]) -> list[str]:
+    """The differences within which the answers and the Pareto front count two figures as equal, as the board
+    states them: 'quality: mean accuracy within 0.02'."""
+    found = {axis.name: axis.tie for rows in tables.values() for row in rows
+             for axis in axes_of(board, row["variant"]) if axis.tie}
+    return [f"{name} within {tie:g}" for name, tie in found.items()]
 
 
 def ceilings(board: Board, tables: dict[str, list[dict]]) -> list[str]:
@@ -252,15 +265,30 @@ def _best(name: str, variants: list[str], figures) -> str | None:
     return best
 
 
+def _top(name: str, variants: list[str], figures) -> str | None:
+    """The variant with the best value of figure ``name``, ties or not (the one a reader sees on top)."""
+    if not variants:
+        return None
+    sign = 1 if figures[variants[0]][name].better == "lower" else -1
+    return min(variants, key=lambda v: sign * figures[v][name].value)
+
+
+def _tied(pick: str, name: str, pool: list[str], figures) -> list[str]:
+    """The others of ``pool`` that ``pick`` does not beat on figure ``name`` (within its tie)."""
+    mine = figures[pick][name]
+    return [v for v in _measured(name, pool, figures) if v != pick and not mine.beats(figures[v][name])]
+
+
 def _costs(pick: str, costs: list[str], variants: list[str], figures) -> list[str]:
-    """The cost figures ``pick`` trails its kind's best on (or has not measured): 'quality: 0.73 (the best: x, 0.89)'."""
+    """The cost figures ``pick`` trails its kind's best on by more than their tie (or has not measured): 'quality:
+    0.73 (the best: x, 0.89)', the best being the top value."""
     trails = []
     for name in costs:
         mine = figures[pick].get(name)
         if mine is None or mine.value is None:
             trails.append(f"{name}: not measured")
             continue
-        best = _best(name, _measured(name, variants, figures), figures)
+        best = _top(name, _measured(name, variants, figures), figures)
         if figures[best][name].beats(mine):
             trails.append(f"{name}: {mine.text} (the best: {best}, {figures[best][name].text})")
     return trails

@@ -701,8 +701,9 @@ def section(board) -> zoo.Section:
         + (f"({statistics.median(bandwidth):.3g} GB/s, {setting.iloc[0]}, measured in the same processes)"
            if not bandwidth.empty else "(not measured)")
         + ": decoding reads its whole state once per token, so that is its limit, and at batch 1 what is left of a "
-        "step beyond it (1 - the fraction) is compute and framework overhead; over 100%, part of what the step read "
-        "was still in the CPU's caches. *varies*: the figure's interval (every process's median, at least the steps' "
+        "step beyond it (1 - the fraction) is compute and framework overhead; over 100%, the step read less than "
+        "was counted (an op that gathers a few blocks of a cache is counted as reading the whole tensor it gathers "
+        "from) or part of it was still in the CPU's caches. *varies*: the figure's interval (every process's median, at least the steps' "
         "interquartile range; for a time per token also the machine's drift over the run: the standard decode, "
         "timed beside each variant in its own job, landed apart by (largest - smallest) / median "
         + (f"{statistics.median(drifts):.3g} over the cells, largest {max(drifts):.3g}" if drifts else "(not measured)")

@@ -245,8 +245,11 @@ def columns(board, variant) -> dict:
     quality = board.rows(SUITE)
     if quality.empty:
         return {}
-    source = board.source_text(SUITE)
-    header = "quality: mean accuracy" + ("" if source == "this run" else f" ({source})")
+    source, runs = board.source_text(SUITE), board.runs_of(SUITE)
+    earlier = len(set(runs) - {board.run_id})
+    header = "quality: mean accuracy" + ("" if not earlier else f" ({source})" if earlier == 1 else " ("
+                                         + "this run and " * (board.run_id in runs)
+                                         + f"{earlier} earlier runs, named in the Quality section)")
     scores = board.rows(SUITE, variant)
     scores = scores[scores.check == "accuracy"].dropna(subset=["value"])
     return {header: f"{scores.value.mean():.3f}" if not scores.empty else
