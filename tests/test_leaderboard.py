@@ -336,6 +336,18 @@ def test_which_should_i_use_names_the_top_value_as_the_best_and_the_variants_tie
     assert one.picks[0].costs == ["quality: 0.600 (the best: steep, 0.730)"]
 
 
+def test_figures_whose_intervals_overlap_are_tied_in_the_answers_as_the_ranking_ties_them():
+    from zoo.suite import Axis
+
+    a = Axis("t", 0.60, "lower", "", low=0.575, high=0.64)
+    b = Axis("t", 0.68, "lower", "", low=0.625, high=0.729)
+    c = Axis("t", 0.80, "lower", "", low=0.773, high=0.815)
+    assert not a.beats(b) and not b.beats(a) and a.beats(c) and b.beats(c) and not c.beats(a)
+    apart = Axis("t", 0.60, "lower", "", low=0.575, high=0.616)
+    assert apart.beats(b) and not Axis("t", 0.60, "lower", "", low=0.575, high=0.625).beats(b)  # touching: tied
+    assert Axis("t", 0.60, "lower", "").beats(Axis("t", 0.68, "lower", "", low=0.62, high=0.73))  # one interval only
+
+
 def test_the_accuracy_plot_draws_each_ratios_interval_as_a_bar(monkeypatch):
     """The scatter shows the noise of its x: each variant's interval, from low to high, as a horizontal bar."""
     from matplotlib.collections import LineCollection

@@ -226,7 +226,7 @@ def _readme(board: Board, tables, answers, unranked, sections: list[Section], pl
         "",
         markdown_table(pd.DataFrame([{"": k, "value": v} for k, v in {"run": board.run_id, **board.environment}.items()])),
         "",
-        *_advice_lines(answers, ceilings(board, tables), ties(board, tables)),
+        *_advice_lines(answers, _advice_intro(board, tables)),
         "## Leaderboard",
         "",
         *[line for paragraph in _intro(board) for line in (paragraph, "")],
@@ -253,13 +253,29 @@ ADVICE_INTRO = ("Computed from this board's ranked variants (none typed by hand)
                 "place on the Pareto front of every figure is in the tables below.")
 
 
-def _advice_lines(answers, limits: list[str], ties: list[str]) -> list[str]:
+def _measured_on(board: Board, tables) -> str:
+    """Whom the answers choose among and where they were measured: ' They choose among this board's 20 ranked
+    variants (...), as measured on AMD EPYC (cpu, 2 threads, float32): another machine, ...'."""
+    ranked, env = sum(map(len, tables.values())), board.environment
+    where = ", ".join(str(env[k]) + (" threads" if k == "threads" else "") for k in ("device", "threads") if env.get(k))
+    return (f" They choose among this board's {ranked} ranked variants (a variant it has not ranked is not weighed), "
+            f"as measured on {env.get('cpu') or 'this machine'} ({where}, {board.settings.get('dtype', 'float32')}): "
+            "another machine, a GPU above all, may order them differently.")
+
+
+def _advice_intro(board: Board, tables) -> str:
+    """The paragraph before the answers: how they are chosen, among whom, where measured, ceilings and ties."""
+    limits, equal = ceilings(board, tables), ties(board, tables)
     held = (f" A variant is offered only within these ceilings, whatever its speed: {'; '.join(limits)} (measured: "
             "an approximation whose error is unknown is not offered either).") if limits else ""
-    equal = (f" Figures this close count as equal, here and on the Pareto front (their noise): {'; '.join(ties)}; "
-             "a pick names the variants tied with it on its figure.") if ties else ""
-    return ["## Which should I use?", "", ADVICE_INTRO + held + equal, "",
-            *[f"- {cell(a.sentence())}" for a in answers], ""] if answers else []
+    tied = (f" Figures this close count as equal, here and on the Pareto front (their noise): {'; '.join(equal)}; "
+            "a pick names the variants tied with it on its figure.") if equal else ""
+    return ADVICE_INTRO + _measured_on(board, tables) + held + tied
+
+
+def _advice_lines(answers, intro: str) -> list[str]:
+    return ["## Which should I use?", "", intro, "", *[f"- {cell(a.sentence())}" for a in answers], ""] \
+        if answers else []
 
 
 def _intro(board: Board) -> list[str]:
@@ -425,6 +441,7 @@ def _page_data(board: Board, tables, answers, unranked, sections: list[Section])
     return {
         "run": board.run_id, "environment": {k: str(v) for k, v in board.environment.items()},
         "intro": _intro(board)[0], "advice": [a.sentence() for a in answers],
+        "advice_intro": _advice_intro(board, tables) if answers else "",
         "groups": [{"kind": kind, "title": KIND_TITLES[kind], "columns": list(rows[0]) if rows else [], "rows": rows}
                    for kind, rows in tables.items()],
         "notes": board.notes.reasons, "capabilities": list(TAG_LABELS.values()),

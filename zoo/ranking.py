@@ -235,9 +235,10 @@ def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
 def ties(board: Board, tables: dict[str, list[dict]]) -> list[str]:
     """The differences within which the answers and the Pareto front count two figures as equal, as the board
     states them: 'quality: mean accuracy within 0.02'."""
-    found = {axis.name: axis.tie for rows in tables.values() for row in rows
-             for axis in axes_of(board, row["variant"]) if axis.tie}
-    return [f"{name} within {tie:g}" for name, tie in found.items()]
+    axes = [axis for rows in tables.values() for row in rows for axis in axes_of(board, row["variant"])]
+    found = {axis.name: axis.tie for axis in axes if axis.tie}
+    return [f"{name} within {tie:g}" for name, tie in found.items()] + (
+        ["figures whose intervals overlap (as the ranking ties them)"] if any(a.low is not None for a in axes) else [])
 
 
 def ceilings(board: Board, tables: dict[str, list[dict]]) -> list[str]:

@@ -104,11 +104,19 @@ class Axis:
     use: str = ""
     tie: float = 0.0  # a difference no larger than this is no difference (a fitted exponent's, a score's noise)
     ceiling: float | None = None  # a cost beyond which the variant is not offered as an answer, whatever its speed
+    low: float | None = None  # the interval the value is uncertain over (a timing's), where it states one
+    high: float | None = None
 
     def beats(self, other: "Axis") -> bool:
-        """Better than ``other`` by more than ``tie`` (both measured)."""
+        """Better than ``other`` by more than ``tie`` (both measured), and apart from it where both state an
+        interval: overlapping intervals are tied, as the ranking ties them."""
         margin = other.value - self.value if self.better == "lower" else self.value - other.value
-        return margin > self.tie
+        return margin > self.tie and not self.overlaps(other)
+
+    def overlaps(self, other: "Axis") -> bool:
+        """Whether both state an interval and the two overlap."""
+        ends = (self.low, self.high, other.low, other.high)
+        return None not in ends and self.low <= other.high and other.low <= self.high
 
     def admits(self) -> bool:
         """Whether a variant with this figure may be offered as an answer to "which should I use?": a figure with a

@@ -252,7 +252,9 @@ def columns(board, variant) -> dict:
                                          + f"{earlier} earlier runs, named in the Quality section)")
     scores = board.rows(SUITE, variant)
     scores = scores[scores.check == "accuracy"].dropna(subset=["value"])
-    return {header: f"{scores.value.mean():.3f}" if not scores.empty else
+    card = board.card(variant)
+    trained = f" (trained with {options_text(card)})" if card.get("quality_options") else ""
+    return {header: f"{scores.value.mean():.3f}{trained}" if not scores.empty else
             "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")}
 
 

@@ -524,8 +524,12 @@ def axes(board, variant) -> list[zoo.Axis]:
     column = ratio_header(board.kind(variant), RANK_PHASE, n)
     full = (None, "causal only") if mode == "causal" else _ratio_cell(board, variant, RANK_PHASE, n, mode="full")
     causal = _ratio_cell(board, variant, RANK_PHASE, n, mode="causal")
-    return [zoo.Axis(column, full[0], "lower", full[1], use=f"non-causal training and encoding at n={n}"),
-            zoo.Axis(f"causal {column}", causal[0], "lower", causal[1], use=f"causal training and prefill at n={n}"),
+    full_interval = (None, None) if mode == "causal" else _interval(board, variant, RANK_PHASE, n, "full")
+    causal_interval = _interval(board, variant, RANK_PHASE, n, "causal")
+    return [zoo.Axis(column, full[0], "lower", full[1], use=f"non-causal training and encoding at n={n}",
+                     low=full_interval[0], high=full_interval[1]),
+            zoo.Axis(f"causal {column}", causal[0], "lower", causal[1], use=f"causal training and prefill at n={n}",
+                     low=causal_interval[0], high=causal_interval[1]),
             zoo.Axis(f"approximation error, n={n}", error, "lower", error_text, tie=0.01, ceiling=ADVICE_ERROR_CEILING)]
 
 
