@@ -305,9 +305,10 @@ def _accumulated_text(board: Board) -> str:
     if not others:
         return "Every figure is from this run."
     kept = sorted(set(board.results[board.results.run_id != board.run_id].variant))
+    runs = f"run {others[0]}" if len(others) == 1 else f"{len(others)} runs, from {others[0]} to {others[-1]}"
     return (f"This run's results, and for what it did not run the latest results of earlier runs with the same "
-            f"settings (of that suite and of the run as a whole) on the same kind of machine ({', '.join(others)}: "
-            f"{', '.join(kept)}); the *from* column says which run each ranked row comes from.")
+            f"settings (of that suite and of the run as a whole) on the same kind of machine ({runs}; for "
+            f"{len(kept)} variant(s)); the *from* column says which runs each ranked row comes from.")
 
 
 def _capabilities(board: Board) -> list[dict]:
