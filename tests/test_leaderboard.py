@@ -228,6 +228,35 @@ def test_overlapping_intervals_tie_a_wide_one_is_marked_and_the_board_states_its
             and "2 of 6 of these figures have one reaching farther than 0.05 of their value from them" in readme), readme  # b
 
 
+def test_a_board_timing_longer_sequences_than_it_ranks_at_answers_for_the_longest_at_that_length(tmp_path):
+    """Ranked at the reference length, a board that also timed longer sequences answers 'the longest sequences
+    timed' from the ratios measured there (b, slower at the reference length, is faster at the longest)."""
+    from zoo.board import Board
+    from zoo.leaderboard import registered_suites
+    from zoo.profiles import get_profile
+    from zoo.ranking import advice, ranked_tables
+    from zoo.store import Store
+
+    profile = get_profile("smoke")
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    n = profile.of("speed").reference_length
+    for variant, ratios in {"a": {n: 0.5, 4 * n: 0.9}, "b": {n: 0.8, 4 * n: 0.2}}.items():
+        store.record_job(run, variant, "correctness", "done", 1.0, {"card": {"kind": "core"}},
+                         [{"check": "reference", "status": "passed"}])
+        store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "core"}}, [
+            row for length, ratio in ratios.items() for row in (
+                {"check": "time", "status": "measured", "value": ratio * 1e-3, "n": length, "mode": "full",
+                 "phase": "fwd+bwd"},
+                {"check": "time-ratio", "status": "measured", "value": ratio, "low": ratio, "high": ratio,
+                 "versus": "torch-sdpa", "n": length, "mode": "full", "phase": "fwd+bwd"})])
+    board = Board.of(store, run, registered_suites())
+    tables, _ = ranked_tables(board)
+    answers = {a.use: a.picks[0].variant for a in advice(board, tables)}
+    assert answers[f"non-causal training and encoding at n={n}"] == "a"
+    assert answers[f"the longest sequences timed, n={4 * n}"] == "b"
+
+
 def test_an_own_time_carries_the_machines_drift_over_the_run_and_a_ratio_does_not(tmp_path):
     """torch SDPA, timed beside each of three variants in its own job, landing 30% apart marks a's own time (its
     processes agreed within 6%) varies, not its ratio; SDPA landing within 2% leaves a's time unmarked."""

@@ -526,11 +526,25 @@ def axes(board, variant) -> list[zoo.Axis]:
     causal = _ratio_cell(board, variant, RANK_PHASE, n, mode="causal")
     full_interval = (None, None) if mode == "causal" else _interval(board, variant, RANK_PHASE, n, "full")
     causal_interval = _interval(board, variant, RANK_PHASE, n, "causal")
-    return [zoo.Axis(column, full[0], "lower", full[1], use=f"non-causal training and encoding at n={n}",
+    axes = [zoo.Axis(column, full[0], "lower", full[1], use=f"non-causal training and encoding at n={n}",
                      low=full_interval[0], high=full_interval[1]),
             zoo.Axis(f"causal {column}", causal[0], "lower", causal[1], use=f"causal training and prefill at n={n}",
                      low=causal_interval[0], high=causal_interval[1]),
             zoo.Axis(f"approximation error, n={n}", error, "lower", error_text, tie=0.01, ceiling=ADVICE_ERROR_CEILING)]
+    longest = _longest_length(board)
+    if longest > n:  # the board times longer sequences than it ranks at: the answer for them is measured there
+        value, text = _ratio_cell(board, variant, RANK_PHASE, longest)
+        low, high = _interval(board, variant, RANK_PHASE, longest, mode)
+        axes.append(zoo.Axis(ratio_header(board.kind(variant), RANK_PHASE, longest), value, "lower", text,
+                             use=f"the longest sequences timed, n={longest}", low=low, high=high))
+    return axes
+
+
+def _longest_length(board) -> int:
+    """The longest sequence length the board's runs timed a variant at (0: none)."""
+    timed = board.rows(SUITE)
+    timed = timed[(timed.check == "time") & (timed.versus == "")].n.dropna()
+    return int(timed.max()) if not timed.empty else 0
 
 
 def _approximation_missing(board, variant, n) -> str:
