@@ -58,6 +58,17 @@ def run_shared(key: str, make: Callable[[], object], decode: Callable[[object], 
     return decode(json.loads(text))
 
 
+def counted_once(key: str, count: Callable[[], object], call: Callable[[], object]):
+    """``count()`` (a deterministic count that also makes the call it counts) once in a run, shared as
+    :func:`run_shared` shares it; a process that reads the count makes ``call()`` plainly instead, so what the call
+    does (a cold call, a state advanced by a step) happens in every process, and the slow counted form only once."""
+    made = []
+    value = run_shared(key, lambda: made.append(True) or count())
+    if not made:
+        call()
+    return value
+
+
 CACHE_FOLDERS = {
     "TORCH_HOME": "torch", "TORCH_EXTENSIONS_DIR": "torch/extensions", "TORCHINDUCTOR_CACHE_DIR": "torch/inductor",
     "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "cuda",

@@ -232,20 +232,23 @@ def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
     return answers
 
 
-def ties(board: Board, tables: dict[str, list[dict]]) -> list[str]:
+def ranked_axes(board: Board, tables: dict[str, list[dict]]) -> list[Axis]:
+    """Every figure of every ranked variant (what :func:`ceilings` and :func:`ties` state)."""
+    return [axis for rows in tables.values() for row in rows for axis in axes_of(board, row["variant"])]
+
+
+def ties(axes: list[Axis]) -> list[str]:
     """The differences within which the answers and the Pareto front count two figures as equal, as the board
     states them: 'quality: mean accuracy within 0.02'."""
-    axes = [axis for rows in tables.values() for row in rows for axis in axes_of(board, row["variant"])]
     found = {axis.name: axis.tie for axis in axes if axis.tie}
     return [f"{name} within {tie:g}" for name, tie in found.items()] + (
         ["figures whose intervals overlap (as the ranking ties them)"] if any(a.low is not None for a in axes) else [])
 
 
-def ceilings(board: Board, tables: dict[str, list[dict]]) -> list[str]:
+def ceilings(axes: list[Axis]) -> list[str]:
     """The ceilings the answers to 'which should I use?' hold to, as the board states them: 'approximation error,
     n=1024 at most 0.5'."""
-    found = {axis.name: axis.ceiling for rows in tables.values() for row in rows
-             for axis in axes_of(board, row["variant"]) if axis.ceiling is not None}
+    found = {axis.name: axis.ceiling for axis in axes if axis.ceiling is not None}
     return [f"{name} at most {ceiling:g}" for name, ceiling in found.items()]
 
 

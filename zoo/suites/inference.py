@@ -30,7 +30,7 @@ from zoo import decoding
 from zoo import plots as plots_
 from zoo.board import Footnotes, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
-from zoo.environment import run_shared
+from zoo.environment import counted_once, run_shared
 from zoo.measure import bytes_read, count_flops
 from zoo.plan import extrapolate, out_of_memory
 from zoo.timing import figure, strays
@@ -241,9 +241,10 @@ def _cell(variant, settings, profile, batch: int, context: int, shortest: int | 
         for call in calls.values():
             for token in tokens[:settings.warmup_steps]:
                 call(token)
-        counted = {who: _read_once(f"step-bytes|{variant.name}|{who}|{batch}|{context}|{profile!r}",
-                                   functools.partial(call, tokens[settings.warmup_steps]))
-                   for who, call in calls.items() if who != SHORTEST}
+        steps_counted = {who: functools.partial(call, tokens[settings.warmup_steps]) for who, call in calls.items()
+                         if who != SHORTEST}  # counted once in a run: a further process steps plainly
+        counted = {who: counted_once(f"step-bytes|{variant.name}|{who}|{batch}|{context}|{profile!r}",
+                                     functools.partial(bytes_read, step), step) for who, step in steps_counted.items()}
         samples = {who: [] for who in calls}
         flush = _flush_buffer(settings.flush_mib, device)
         for index, token in enumerate(tokens[settings.warmup_steps + 1:]):
@@ -257,17 +258,6 @@ def _cell(variant, settings, profile, batch: int, context: int, shortest: int | 
         growth = [a / b for a, b in zip(samples[variant.name], growth)]
     return dict(samples=samples, prefill=prefill_seconds, state=state_bytes, allocated=allocated, read=counted,
                 dropped=dropped, growth=growth)
-
-
-def _read_once(key: str, step) -> int:
-    """The bytes ``step`` reads, counted once in a run (:func:`zoo.environment.run_shared`): the count is
-    deterministic, so a further process of a timing makes the step plainly (it still advances the state, and a
-    counted step runs every op through Python)."""
-    made = []
-    read = run_shared(key, lambda: made.append(True) or bytes_read(step))
-    if not made:
-        step()
-    return read
 
 
 SHORTEST = "the variant at the shortest context"

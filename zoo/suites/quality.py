@@ -247,9 +247,9 @@ def columns(board, variant) -> dict:
         return {}
     source, runs = board.source_text(SUITE), board.runs_of(SUITE)
     earlier = len(set(runs) - {board.run_id})
-    header = "quality: mean accuracy" + ("" if not earlier else f" ({source})" if earlier == 1 else " ("
-                                         + "this run and " * (board.run_id in runs)
-                                         + f"{earlier} earlier runs, named in the Quality section)")
+    named = source if earlier <= 1 else (("this run and " if board.run_id in runs else "")
+                                         + f"{earlier} earlier runs, named in the Quality section")
+    header = "quality: mean accuracy" + (f" ({named})" if earlier else "")
     scores = board.rows(SUITE, variant)
     scores = scores[scores.check == "accuracy"].dropna(subset=["value"])
     card = board.card(variant)

@@ -23,7 +23,7 @@ from zoo import plots as plots_
 from zoo.board import (RERUNS, Footnotes, approximates, behind_mark, best_known, best_known_rows, fmt_g, fmt_ms,
                        fmt_x)
 from zoo.cases import relative_error
-from zoo.environment import run_shared
+from zoo.environment import counted_once, run_shared
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.measure import count_flops
@@ -79,10 +79,7 @@ def _counter(variant, profile, mode: str, phase: str, n: int):
     key = f"timed-flops|{variant.name}|{mode}|{phase}|{n}|{profile!r}"
 
     def count(fn):
-        made = []
-        flops, ops = run_shared(key, lambda: made.append(True) or count_flops(fn, with_ops=True))
-        if not made:
-            fn()
+        flops, ops = counted_once(key, lambda: count_flops(fn, with_ops=True), fn)
         return flops, ops
 
     return count
