@@ -103,3 +103,25 @@ def test_one_pass_counts_equal_torch_flop_counter_and_the_plain_memory_rule(regi
         expected = (torch_counter.get_total_flops(), sorted(map(str, torch_counter.get_flop_counts().get("Global", {}))),
                     plain.peak)
         assert (counters.flops, counters.ops(), counters.peak) == expected, who
+
+
+def test_a_gather_reads_the_elements_it_selects_and_a_plain_op_its_whole_inputs():
+    """Advanced indexing, index_select, gather and embedding count their output's worth of their source (and their
+    indices); every other op its inputs whole; no tensor counts for more than all of it."""
+    from zoo.measure import bytes_read
+
+    cache = torch.randn(1000, 64)
+    rows = torch.tensor([3, 70, 500])
+    index_bytes = rows.numel() * rows.element_size()
+    selected = 3 * 64 * 4
+    assert bytes_read(lambda: cache[rows]) == selected + index_bytes
+    assert bytes_read(lambda: cache.index_select(0, rows)) == selected + index_bytes
+    assert bytes_read(lambda: torch.nn.functional.embedding(rows, cache)) == selected + index_bytes
+    where = rows.view(3, 1).expand(3, 64).contiguous()
+    assert bytes_read(lambda: cache.gather(0, where)) == selected + where.numel() * 8
+    assert bytes_read(lambda: cache.sum()) == cache.numel() * 4
+    assert bytes_read(lambda: (cache[rows], cache[rows])) == selected + index_bytes  # the same gather, once
+    assert bytes_read(lambda: cache[:10].sum()) == 10 * 64 * 4  # a slice is a view: the slice is what is read
+    every_row_twice = torch.arange(1000).repeat(2)
+    assert bytes_read(lambda: cache[every_row_twice]) == cache.numel() * 4 + every_row_twice.numel() * 8
+    assert bytes_read(lambda: (cache[rows], cache.sum())) == cache.numel() * 4 + index_bytes  # never past the whole

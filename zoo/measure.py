@@ -177,23 +177,48 @@ def flops_and_peak_memory(fn: Callable[[], object]) -> tuple[int, int]:
 
 class BytesRead(TorchDispatchMode):
     """The bytes of the tensors every op inside it reads, each distinct tensor (storage, offset, shape and strides)
-    once: what a call must bring from memory if nothing were cached. A view op reads nothing (it only describes
-    memory), so a slice of a large buffer counts as the slice where an op reads it."""
+    at most once in all: what a call must bring from memory if nothing were cached. A view op reads nothing (it
+    only describes memory), so a slice of a large buffer counts as the slice where an op reads it; a gather
+    (advanced indexing, ``index_select``, ``gather``, ``embedding``) reads the elements it selects, its output's
+    size, not the whole tensor it selects from (Native Sparse Attention's decode step gathers a few blocks of its
+    cache: counted whole, its step read 148% of the machine's bandwidth)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[tuple] = set()
+        self.counted: dict[tuple, int] = {}  # elements of each tensor counted so far, at most all of it
         self.total = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view:
-            for leaf in tree_leaves((args, kwargs)):
-                if isinstance(leaf, torch.Tensor) and leaf.device.type != "meta" and leaf.numel():
-                    key = (leaf.untyped_storage().data_ptr(), leaf.storage_offset(), tuple(leaf.shape), leaf.stride())
-                    if key not in self.seen:
-                        self.seen.add(key)
-                        self.total += leaf.numel() * leaf.element_size()
-        return func(*args, **(kwargs or {}))
+        if func.is_view:
+            return func(*args, **(kwargs or {}))
+        source = args[_GATHERS[func]] if func in _GATHERS else None
+        for leaf in tree_leaves((args, kwargs)):
+            if leaf is not source:
+                self._read(leaf, leaf.numel() if isinstance(leaf, torch.Tensor) else 0)
+        out = func(*args, **(kwargs or {}))
+        if source is not None:  # the selected elements: as many as the output holds
+            self._read(source, out.numel(), gathered=tuple(_key(t) for t in tree_leaves((args, kwargs))
+                                                           if isinstance(t, torch.Tensor)))
+        return out
+
+    def _read(self, tensor, elements: int, gathered: tuple = ()) -> None:
+        if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" and tensor.numel():
+            memory = _key(tensor)
+            if (memory, gathered) not in self.seen:
+                self.seen.add((memory, gathered))
+                before = self.counted.get(memory, 0)
+                self.counted[memory] = min(tensor.numel(), before + elements)
+                self.total += (self.counted[memory] - before) * tensor.element_size()
+
+
+_GATHERS = {aten.index.Tensor: 0, aten.index_select.default: 0, aten.gather.default: 0, aten.embedding.default: 0}
+"""Gather ops, and the position of the tensor each selects from."""
+
+
+def _key(tensor: torch.Tensor) -> tuple:
+    """A tensor as the memory it covers: storage, offset, shape and strides."""
+    return tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride()
 
 
 def bytes_read(fn: Callable[[], object]) -> int:
