@@ -365,6 +365,30 @@ def test_which_should_i_use_names_the_top_value_as_the_best_and_the_variants_tie
     assert one.picks[0].costs == ["quality: 0.600 (the best: steep, 0.730)"]
 
 
+def test_which_should_i_use_also_names_the_best_that_keeps_a_cost_within_its_keep_of_the_top(monkeypatch):
+    """A reader who will not give up quality gets a second pick: the fastest within the keep of the best quality,
+    approximations over their ceiling still not offered; none when the first pick already keeps it."""
+    import zoo.ranking as ranking
+    from zoo.suite import Axis
+
+    def figures(ratio, quality, error=0.0):
+        return {"time": Axis("time", ratio, "lower", f"{ratio}x", use="training"),
+                "quality": Axis("quality", quality, "higher", f"{quality:.3f}", tie=0.02, keep=0.05),
+                "error": Axis("error", error, "lower", f"{error}", ceiling=0.5)}
+
+    known = {"fast": figures(0.5, 0.60), "kept": figures(0.8, 0.85), "best": figures(1.0, 0.89),
+             "loose": figures(0.7, 0.88, error=0.9)}
+    monkeypatch.setattr(ranking, "figures_of", lambda board, names: {v: known[v] for v in names})
+    rows = [{"variant": v, "class": "exact" if v != "loose" else "approximates softmax"} for v in known]
+    [one] = ranking.advice(None, {"core": rows})
+    assert [(pick.variant, pick.keeping) for pick in one.picks] == [
+        ("fast", ""), ("kept", "quality within 0.05 of the best")]
+    assert "; or keeping quality within 0.05 of the best, kept (exact: 0.8x), at a cost: quality: 0.850" in one.sentence()
+    known["fast"] = figures(0.5, 0.86)
+    [one] = ranking.advice(None, {"core": rows})
+    assert [pick.variant for pick in one.picks] == ["fast"]
+
+
 def test_figures_whose_intervals_overlap_are_tied_in_the_answers_as_the_ranking_ties_them():
     from zoo.suite import Axis
 

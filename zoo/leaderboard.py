@@ -22,7 +22,7 @@ from .checks import MEASURED
 from .contract import Target
 from .export import EXPORT
 from .folder import BoardFolder
-from .ranking import advice, ceilings, gate_sentence, ranked_axes, ranked_tables, stale_lines, standing_text, ties, unranked_lines, why_unranked
+from .ranking import advice, ceilings, gate_sentence, keeps, ranked_axes, ranked_tables, stale_lines, standing_text, ties, unranked_lines, why_unranked
 from .store import RESULT_COLUMNS, Store, device_kind
 from .suite import Section, Suite, generic_section, upgrade_name
 
@@ -266,9 +266,11 @@ def _measured_on(board: Board, tables) -> str:
 def _advice_intro(board: Board, tables) -> str:
     """The paragraph before the answers: how they are chosen, among whom, where measured, ceilings and ties."""
     axes = ranked_axes(board, tables)
-    limits, equal = ceilings(axes), ties(axes)
+    limits, equal, kept = ceilings(axes), ties(axes), keeps(axes)
     held = (f" A variant is offered only within these ceilings, whatever its speed: {'; '.join(limits)} (measured: "
             "an approximation whose error is unknown is not offered either).") if limits else ""
+    held += (f" For a reader who will not give up more, each answer also names the best variant keeping "
+             f"{'; '.join(kept)}, when that is another.") if kept else ""
     tied = (f" Figures this close count as equal, here and on the Pareto front (their noise): {'; '.join(equal)}; "
             "a pick names the variants tied with it on its figure.") if equal else ""
     return ADVICE_INTRO + _measured_on(board, tables) + held + tied

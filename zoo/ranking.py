@@ -179,12 +179,14 @@ class Pick:
     figure: str
     costs: list[str]
     tied: list[str] = field(default_factory=list)  # others it does not beat on the figure (within its tie)
+    keeping: str = ""  # the cost it was held to: 'quality: mean accuracy within 0.05 of the best'
 
     def sentence(self) -> str:
         """The pick as the board says it: 'linear (an approximation: 0.24x), at a cost: ...'."""
         cost = "at a cost: " + "; ".join(self.costs) if self.costs else "at no measured cost"
         tied = f"; tied on it with {', '.join(self.tied)}" if self.tied else ""
-        return f"{self.variant} ({'exact' if self.exact else 'an approximation'}: {self.figure}{tied}), {cost}"
+        keeping = f"keeping {self.keeping}, " if self.keeping else ""
+        return f"{keeping}{self.variant} ({'exact' if self.exact else 'an approximation'}: {self.figure}{tied}), {cost}"
 
 
 @dataclass
@@ -207,9 +209,10 @@ class Advice:
 
 def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
     """'Which should I use?', from the ranked variants' figures: per kind and per use (each figure that is a reason
-    to choose), the best exact variant and, when an approximation is better on it, that one too; each with what it
-    costs: the figures it trails its kind's best on. A variant over a figure's ceiling (:meth:`Axis.admits`) is not
-    offered; when it would have been the best, the answer names it and why."""
+    to choose), the best exact variant and, when an approximation is better on it, that one too; then, for each cost
+    a reader may hold to (:attr:`Axis.keep`), the best of those within that of the kind's top value, when it is
+    another; each with what it costs: the figures it trails its kind's best on. A variant over a figure's ceiling
+    (:meth:`Axis.admits`) is not offered; when it would have been the best, the answer names it and why."""
     answers = []
     for kind, rows in tables.items():
         variants = [row["variant"] for row in rows]
@@ -221,15 +224,33 @@ def advice(board: Board, tables: dict[str, list[dict]]) -> list[Advice]:
             measured = _measured(name, variants, figures)
             offered = [v for v in measured if all(axis.admits() for axis in figures[v].values())]
             pools = ([v for v in offered if v in exact], offered)
-            picks = {p: pool for pool in pools for p in [_best(name, pool, figures)] if p}
+            picks = {p: (pool, "") for pool in pools for p in [_best(name, pool, figures)] if p}
+            for cost in costs:
+                pool, keeping = _kept(cost, offered, variants, figures)
+                pick = _best(name, pool, figures)
+                if pick and pick not in picks:
+                    picks[pick] = (pool, keeping)
             best = _best(name, measured, figures)
             if picks:
                 answers.append(Advice(kind, use, name, [Pick(v, v in exact, figures[v][name].text,
                                                              _costs(v, costs, variants, figures),
-                                                             _tied(v, name, pool, figures))
-                                                        for v, pool in picks.items()],
+                                                             _tied(v, name, pool, figures), keeping)
+                                                        for v, (pool, keeping) in picks.items()],
                                       "" if best in picks else _passed_over(best, name, figures[best])))
     return answers
+
+
+def _kept(cost: str, offered: list[str], variants: list[str], figures) -> tuple[list[str], str]:
+    """Those of ``offered`` within the ``keep`` of figure ``cost`` of its kind's top value, and that hold as the
+    board says it: 'quality: mean accuracy within 0.05 of the best' ([] when the figure has no keep)."""
+    measured = _measured(cost, variants, figures)
+    keep = next((figures[v][cost].keep for v in measured if figures[v][cost].keep is not None), None)
+    if keep is None:
+        return [], ""
+    best = figures[_top(cost, measured, figures)][cost]
+    sign = 1 if best.better == "lower" else -1
+    pool = [v for v in _measured(cost, offered, figures) if sign * (figures[v][cost].value - best.value) <= keep]
+    return pool, f"{cost} within {keep:g} of the best"
 
 
 def ranked_axes(board: Board, tables: dict[str, list[dict]]) -> list[Axis]:
@@ -243,6 +264,13 @@ def ties(axes: list[Axis]) -> list[str]:
     found = {axis.name: axis.tie for axis in axes if axis.tie}
     return [f"{name} within {tie:g}" for name, tie in found.items()] + (
         ["figures whose intervals overlap (as the ranking ties them)"] if any(a.low is not None for a in axes) else [])
+
+
+def keeps(axes: list[Axis]) -> list[str]:
+    """The costs each answer also holds a pick to, as the board states them: 'quality: mean accuracy within 0.05 of
+    its kind's best'."""
+    found = {axis.name: axis.keep for axis in axes if axis.keep is not None}
+    return [f"{name} within {keep:g} of its kind's best" for name, keep in found.items()]
 
 
 def ceilings(axes: list[Axis]) -> list[str]:

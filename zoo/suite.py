@@ -104,6 +104,7 @@ class Axis:
     use: str = ""
     tie: float = 0.0  # a difference no larger than this is no difference (a fitted exponent's, a score's noise)
     ceiling: float | None = None  # a cost beyond which the variant is not offered as an answer, whatever its speed
+    keep: float | None = None  # a cost a reader may hold the answer to: also offer the best within this of the top
     low: float | None = None  # the interval the value is uncertain over (a timing's), where it states one
     high: float | None = None
 
