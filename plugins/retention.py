@@ -37,7 +37,15 @@ def decays(num_heads: int, device=None, dtype=torch.float32):
     return (1 - 2.0 ** -exponents).to(device=device, dtype=dtype).view(num_heads, 1, 1)
 
 
-def causal_chunked(q, k, v, gamma, chunk: int):
+MATRIX_CHUNKS = 32
+"""The default ``matrix_chunks``: up to this many chunks, the states entering them come from one (chunks x chunks)
+matrix product; beyond it, from a loop over the chunks. The product's work grows with chunks squared and the loop's
+cost is its per-chunk ops: timed side by side on a 2-core CPU (d_model 512, 8 heads, chunk 64, fwd+bwd), the
+product was the faster at 16 chunks, the two level at 32 and 64, the loop the faster from 128; where they level,
+the loop does fewer FLOPs. Another machine may cross elsewhere: the module takes it as an option."""
+
+
+def causal_chunked(q, k, v, gamma, chunk: int, matrix_chunks: int):
     """sum_{m <= n} gamma^(n - m) q_n . k_m v_m on (batch, heads, seq, d): the parallel form within chunks and
     a decayed d x d state across them, the states entering the chunks found by :func:`entering_states`."""
     batch, heads, n, width = q.shape
@@ -54,22 +62,16 @@ def causal_chunked(q, k, v, gamma, chunk: int):
     local = ((q @ k.transpose(-2, -1)) * inside) @ v
     # each chunk's keys, decayed to the chunk's end; then the state entering each chunk
     kv = (k * (gamma.unsqueeze(2) ** (chunk - 1 - position).view(-1, 1)).to(k.dtype)).transpose(-2, -1) @ v
-    earlier = (q * (gamma.unsqueeze(2) ** (position + 1).view(-1, 1)).to(q.dtype)) @ entering_states(kv, gamma, chunk)
+    entering = entering_states(kv, gamma, chunk, matrix_chunks)
+    earlier = (q * (gamma.unsqueeze(2) ** (position + 1).view(-1, 1)).to(q.dtype)) @ entering
     return (local + earlier).reshape(batch, heads, chunks * chunk, v.shape[-1])[:, :, :n]
 
 
-MATRIX_CHUNKS = 32
-"""Up to this many chunks, the states entering them come from one (chunks x chunks) matrix product; beyond it,
-from a loop over the chunks. The product's work grows with chunks squared and the loop's cost is its per-chunk ops:
-timed side by side on a 2-core CPU (d_model 512, 8 heads, chunk 64, fwd+bwd), the product was the faster at 16
-chunks, the two level at 32 and 64, the loop the faster from 128; where they level, the loop does fewer FLOPs."""
-
-
-def entering_states(kv, gamma, chunk: int):
+def entering_states(kv, gamma, chunk: int, matrix_chunks: int):
     """The state entering chunk c, sum_{c' < c} gamma^(chunk (c - 1 - c')) kv_c', for every chunk at once:
     ``kv`` (batch, heads, chunks, d, d_v) holds each chunk's keys decayed to its end times its values."""
     chunks = kv.shape[2]
-    if chunks <= MATRIX_CHUNKS:
+    if chunks <= matrix_chunks:
         steps = torch.arange(chunks, device=kv.device, dtype=gamma.dtype)
         apart = steps.view(-1, 1) - steps.view(1, -1)  # c - c'
         across = torch.where(apart >= 1, gamma ** (chunk * (apart - 1)).clamp(min=0), 0.0).to(kv.dtype)  # (h, c, c)
@@ -83,11 +85,14 @@ def entering_states(kv, gamma, chunk: int):
 
 
 class Retention(nn.Module):
-    def __init__(self, d_model: int, num_heads: int = 1, chunk: int = 64, eps: float = 1e-6):
+    def __init__(self, d_model: int, num_heads: int = 1, chunk: int = 64, eps: float = 1e-6,
+                 matrix_chunks: int = MATRIX_CHUNKS):
         super().__init__()
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-            raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
+        for label, value, least in (("chunk", chunk, 1), ("matrix_chunks", matrix_chunks, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{label} must be an integer >= {least}, got {value!r}")
         self.d_model, self.num_heads, self.chunk, self.eps = d_model, num_heads, chunk, eps
+        self.matrix_chunks = matrix_chunks
 
     def heads(self, query, key, value):
         h = self.num_heads
@@ -96,9 +101,9 @@ class Retention(nn.Module):
 
     def forward(self, query, key, value, attn_mask=None, is_causal=False):
         q, k, v, gamma = self.heads(query, key, value)
-        out = causal_chunked(q, k, v, gamma, self.chunk)
+        out = causal_chunked(q, k, v, gamma, self.chunk, self.matrix_chunks)
         if not is_causal:  # the same pass from the end, minus the diagonal both passes counted
-            backward = causal_chunked(q.flip(2), k.flip(2), v.flip(2), gamma, self.chunk).flip(2)
+            backward = causal_chunked(q.flip(2), k.flip(2), v.flip(2), gamma, self.chunk, self.matrix_chunks).flip(2)
             out = out + backward - (q * k).sum(dim=-1, keepdim=True) * v
         return merge_heads(F.rms_norm(out, out.shape[-1:], eps=self.eps))
 
@@ -134,7 +139,7 @@ def prefill(module, query, key, value, key_mask=None):
     q, k, v, gamma = module.heads(*(x.to(dtype) for x in (query, key, value)))
     length = k.shape[2]
     if length:
-        out = causal_chunked(q, k, v, gamma, module.chunk)
+        out = causal_chunked(q, k, v, gamma, module.chunk, module.matrix_chunks)
         out = merge_heads(F.rms_norm(out, out.shape[-1:], eps=module.eps)).to(query.dtype)
     else:  # the chunked form has no chunk to start from
         out = query.new_zeros(query.shape)
@@ -206,14 +211,14 @@ def decay_matrix_scan(module):
     return run
 
 
-def flops(batch, q_len, k_len, d_model, num_heads, chunk=64, **options):
+def flops(batch, q_len, k_len, d_model, num_heads, chunk=64, matrix_chunks=MATRIX_CHUNKS, **options):
     """The chunked form's matmuls, without is_causal (one pass each way): per pass, q k^T and its product
     with v inside chunks (4 n chunk d_model) and the chunk states and their reads (4 n d_model d_head),
-    on the sequence padded to whole chunks; up to :data:`MATRIX_CHUNKS` chunks, the (chunks x chunks) product
+    on the sequence padded to whole chunks; up to ``matrix_chunks`` chunks, the (chunks x chunks) product
     that sums the states (2 chunks^2 d_model d_head)."""
     chunks = -(-q_len // chunk)
     padded, d_head = chunks * chunk, d_model // num_heads
-    across = 2.0 * chunks * chunks * d_model * d_head if chunks <= MATRIX_CHUNKS else 0.0
+    across = 2.0 * chunks * chunks * d_model * d_head if chunks <= matrix_chunks else 0.0
     return 2 * batch * (4.0 * padded * chunk * d_model + 4.0 * padded * d_model * d_head + across)
 
 
@@ -239,8 +244,8 @@ def zoo_register_variants(register):
         reference=reference,
         tags=zoo.Tags(accepts_attn_mask=False, allows_different_lengths=False, key_order_invariant=False),
         complexity=zoo.Complexity(time=1, memory=1),
-        options={"chunk": 64},
-        check_options={"chunk": 4},
+        options={"chunk": 64, "matrix_chunks": MATRIX_CHUNKS},
+        check_options={"chunk": 4, "matrix_chunks": 2},  # the small cases take both ways of summing chunk states
         baselines={"parallel": parallel, "decay-matrix-scan": decay_matrix_scan},
         best_known="decay-matrix-scan",
         flops=flops,

@@ -237,16 +237,16 @@ def test_retention_parallel_chunked_and_recurrent_forms_agree(registry, causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_retention_sums_the_chunk_states_by_matrix_up_to_its_limit_and_by_loop_beyond(registry, causal):
-    """Both ways of finding the states entering the chunks match the recurrent reference, with gradients: 3
-    chunks (the (chunks x chunks) product) and one past MATRIX_CHUNKS (the loop)."""
-    from zoo_builtins.retention import MATRIX_CHUNKS
-
-    for chunks in (3, MATRIX_CHUNKS + 1):
-        module = zoo.create("retention", d_model=4, num_heads=2, chunk=1, registry=registry).double()
+    """Both ways of finding the states entering the chunks match the recurrent reference, with gradients: up to
+    matrix_chunks chunks the (chunks x chunks) product, past it the loop; a bad limit is one clear error."""
+    for chunks in (4, 5, 7):
+        module = zoo.create("retention", d_model=4, num_heads=2, chunk=1, matrix_chunks=4, registry=registry).double()
         q, k, v = (torch.randn(1, chunks, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
         expected = registry.variant("retention").reference(module, q, k, v, is_causal=causal)
         assert torch.allclose(module(q, k, v, is_causal=causal), expected, atol=1e-10, rtol=0), chunks
         assert torch.autograd.gradcheck(lambda *x: module(*x, is_causal=causal), (q, k, v)), chunks
+    with pytest.raises(ValueError, match="matrix_chunks must be an integer >= 0, got -1"):
+        zoo.create("retention", d_model=4, num_heads=2, matrix_chunks=-1, registry=registry)
 
 
 @pytest.mark.parametrize("causal", [False, True])
