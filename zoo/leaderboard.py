@@ -22,7 +22,8 @@ from .checks import MEASURED
 from .contract import Target
 from .export import EXPORT
 from .folder import BoardFolder
-from .ranking import advice, ceilings, gate_sentence, keeps, ranked_axes, ranked_tables, stale_lines, standing_text, ties, unranked_lines, why_unranked
+from .ranking import (advice, ceilings, gate_sentence, keeps, ranked_axes, ranked_tables, stale_lines, standing_text,
+                      ties, unranked_lines, why_unranked)
 from .store import RESULT_COLUMNS, Store, device_kind
 from .suite import Section, Suite, generic_section, upgrade_name
 

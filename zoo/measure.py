@@ -195,20 +195,22 @@ class BytesRead(TorchDispatchMode):
         source = args[_GATHERS[func]] if func in _GATHERS else None
         for leaf in tree_leaves((args, kwargs)):
             if leaf is not source:
-                self._read(leaf, leaf.numel() if isinstance(leaf, torch.Tensor) else 0)
+                self._read(leaf)
         out = func(*args, **(kwargs or {}))
         if source is not None:  # the selected elements: as many as the output holds
             self._read(source, out.numel(), gathered=tuple(_key(t) for t in tree_leaves((args, kwargs))
                                                            if isinstance(t, torch.Tensor)))
         return out
 
-    def _read(self, tensor, elements: int, gathered: tuple = ()) -> None:
+    def _read(self, tensor, elements: int | None = None, gathered: tuple = ()) -> None:
+        """``elements`` of ``tensor`` read (None: all of it), once per gather (or plain read) of it."""
         if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta" and tensor.numel():
             memory = _key(tensor)
             if (memory, gathered) not in self.seen:
                 self.seen.add((memory, gathered))
                 before = self.counted.get(memory, 0)
-                self.counted[memory] = min(tensor.numel(), before + elements)
+                whole = tensor.numel()
+                self.counted[memory] = whole if elements is None else min(whole, before + elements)
                 self.total += (self.counted[memory] - before) * tensor.element_size()
 
 

@@ -311,7 +311,6 @@ def axes(board, variant) -> list[zoo.Axis]:
                      tie=0.02, keep=KEEP)]
 
 
-
 def section(board) -> zoo.Section:
     """The quality section: accuracy per task and the recall-versus-pairs curve, with their plots."""
     quality = board.rows(SUITE)
