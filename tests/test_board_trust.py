@@ -421,6 +421,37 @@ def test_a_run_far_noisier_than_the_board_is_written_beside_it_and_kept(tmp_path
     assert set(csv[csv.suite == "speed"].run_id) == {first} and set(csv[csv.suite == "correctness"].run_id) == {third}
 
 
+
+def test_a_run_on_another_machine_does_not_replace_a_board_it_covers_less_of(tmp_path, capsys, monkeypatch):
+    """One variant run on another kind of machine would make the board that machine's, with nothing else
+    measured there: it is held back (its own board beside, the run kept); a run covering every variant there
+    replaces the board, and the held one stays out of it."""
+    import zoo
+    from zoo import environment
+
+    first = zoo.run(["dot-product", "multi-head"], suites=["correctness"], profile="smoke", out=tmp_path)
+    first = first.attrs["run_id"]
+    here = environment.fingerprint
+    monkeypatch.setattr(environment, "fingerprint", lambda *args: {**here(*args), "cpu": "Another CPU"})
+    warnings = []
+    second = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path, warn=warnings.append)
+    second = second.attrs["run_id"]
+    assert _shown_run(_leaderboard(tmp_path)) == first
+    assert len(warnings) == 1 and f"run {second} did not replace the board" in warnings[0]
+    assert ("it belongs to another board (cpu Another CPU, the board's " in warnings[0]
+            and "whose runs cover 1 of this board's 2 variants (not multi-head)" in warnings[0])
+    assert _shown_run((tmp_path / "held-back" / "README.md").read_text()) == second
+    exported = {json.loads(line)["run_id"] for line in (tmp_path / "runs.jsonl").read_text().splitlines()}
+    assert {first, second} <= exported  # nothing lost
+    status, lines = zoo_here(capsys, "leaderboard", "--out", tmp_path)
+    assert status == 0 and _shown_run(_leaderboard(tmp_path)) == first
+    assert any(f"run {second} is held back (it belongs to another board" in line for line in lines)
+
+    third = zoo.run(["dot-product", "multi-head"], suites=["correctness"], profile="smoke", out=tmp_path)
+    assert _shown_run(_leaderboard(tmp_path)) == third.attrs["run_id"]  # every variant there: the board moves
+    assert second not in set(pd.read_csv(tmp_path / "results.csv").run_id)
+
+
 def test_a_causal_only_variant_is_measured_and_ranked_causal_beside_non_causal_ones(tmp_path):
     """forgetting computes only its causal form: every suite measures it causal (even where the profile asks for
     full mode only), and it is ranked by its causal ratio, marked so, in the same table as multi-head's full one."""
@@ -487,7 +518,8 @@ def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_
     cells = pd.MultiIndex.from_tuples([(v, "full", "fwd", n) for v in "abcdefghij" for n in (256, 1024)])
     noise = {"all": pd.Series(0.05, index=cells), "one": pd.Series(0.05, index=cells[:2]),
              "busy": pd.Series([0.05] * 16 + [1.0] * 4, index=cells)}
-    store = SimpleNamespace(runs=lambda: pd.DataFrame({"run_id": ["all", "one", "busy"]}))
+    store = SimpleNamespace(runs=lambda: pd.DataFrame({"run_id": ["all", "one", "busy"]}),
+                            jobs=lambda run: pd.DataFrame({"variant": list("abcdefghij")}))
     monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: noise[run])
     monkeypatch.setattr(leaderboard, "board_group", lambda store, run: "quick")
     shown, held = leaderboard.board_run(store, {})
