@@ -415,3 +415,39 @@ def test_the_accuracy_plot_draws_each_ratios_interval_as_a_bar(monkeypatch):
     bars = sorted(tuple(segment[:, 0]) for c in drawn[0].axes[0].collections if isinstance(c, LineCollection)
                   for segment in c.get_segments())
     assert bars == [(0.4, 0.6), (0.9, 1.2)]
+
+
+def test_the_committed_boards_measured_each_built_in_on_the_plugin_file_installed_here():
+    """The board takes a variant's newest job as its current source and never reads the plugin file, so a plugin
+    edited without measuring it again would leave the committed boards showing the old file's figures as
+    today's. Every (variant, suite) a committed board holds must have been measured last on the file here."""
+    import json
+    from pathlib import Path
+
+    import zoo
+    from zoo.registry import source_hash
+
+    registry = zoo.load_registry()
+    installed = {name: source_hash(registry.variant(name).origin.location) for name in BUILTINS}
+    root = Path(__file__).resolve().parent.parent
+    folders = [path.parent for path in sorted((root / "leaderboard").rglob("runs.jsonl"))]
+    assert {root / "leaderboard", root / "leaderboard" / "long-sequences"} <= set(folders)
+    outdated = []
+    for folder in folders:
+        started, newest = {}, {}
+        for line in (folder / "runs.jsonl").read_bytes().splitlines():
+            if b'"table": "results"' in line:  # most lines; only runs and jobs say who measured what, and when
+                continue
+            record = json.loads(line)
+            if record["table"] == "runs":
+                started[record["run_id"]] = record["started"]
+            elif record["table"] == "jobs" and record["variant"] in installed:
+                measured = json.loads(record["provenance"]).get("source_sha256")
+                key = (record["variant"], record["suite"])
+                newest[key] = max(newest.get(key, ("", None)), (started[record["run_id"]], measured))
+        assert newest, folder
+        outdated += [f"{folder.relative_to(root)}: {variant}'s {suite} last measured source {measured}, the "
+                     f"installed file's is {installed[variant]} (zoo run {variant} --suite {suite} on the board's "
+                     "machine, with the board's settings)"
+                     for (variant, suite), (_, measured) in sorted(newest.items()) if measured != installed[variant]]
+    assert not outdated, "\n".join(outdated)
