@@ -52,3 +52,26 @@ def test_reproducibility_counts_a_marked_move_apart_and_keeps_ties(tmp_path):
     out = _reproducibility(tmp_path)
     assert "1 cells more than 5% from the median of the runs, 0 of them unmarked on some board" in out
     assert "tied on neither: none" in out
+
+
+def test_measure_again_makes_each_board_as_it_was_made_and_only_the_suites_asked_for():
+    """Block-sparse is on both committed boards, rotary on the main one only: the long board's runs name block-sparse
+    alone, with its settings, suite by suite; both boards are drawn again last, the long one first."""
+    done = run_python(REPO / "scripts" / "measure-again", "block-sparse", "rotary", "--dry-run", timeout=300)
+    assert done.returncode == 0, done.stderr
+    long = "--profile full --lengths 4096,8192,16384 --processes 1"
+    assert done.stdout.splitlines() == [
+        "zoo run block-sparse rotary --out leaderboard",
+        "zoo run block-sparse rotary --suite quality --out leaderboard",
+        f"zoo run block-sparse {long} --suite correctness --suite speed --repeats 3 --out leaderboard/long-sequences",
+        f"zoo run block-sparse {long} --suite complexity --out leaderboard/long-sequences",
+        f"zoo run block-sparse {long} --suite inference --repeats 3 --out leaderboard/long-sequences",
+        f"zoo run block-sparse {long} --suite quality --repeats 3 --set quality.steps=300 --set quality.recall_steps=600 "
+        "--set quality.seeds=2 --set quality.task_max_gflop=5000 --out leaderboard/long-sequences",
+        "zoo leaderboard --out leaderboard/long-sequences",
+        "zoo leaderboard --out leaderboard"]
+    only = run_python(REPO / "scripts" / "measure-again", "rotary", "--suite", "complexity", "--dry-run", timeout=300)
+    assert only.stdout.splitlines()[0] == "zoo run rotary --suite complexity --out leaderboard"
+    assert len(only.stdout.splitlines()) == 3  # no long-board run: rotary is not there
+    unknown = run_python(REPO / "scripts" / "measure-again", "nope", "--dry-run", timeout=300)
+    assert unknown.returncode == 2 and "not a registered variant: nope" in unknown.stderr
