@@ -246,7 +246,6 @@ def test_the_board_accumulates_a_partial_run_and_keeps_every_other_variant(
     assert set(csv[(csv.variant == "mine") & (csv.suite == "correctness")].run_id) == {second}
 
 
-
 def test_a_run_that_changes_one_suites_settings_keeps_the_other_suites_earlier_rows(tmp_path):
     """Rows of an earlier run stay on the board suite by suite: new complexity lengths keep the earlier correctness
     rows, and the complexity rows of the older lengths leave; another run-wide setting (threads) keeps nothing."""
@@ -421,35 +420,44 @@ def test_a_run_far_noisier_than_the_board_is_written_beside_it_and_kept(tmp_path
     assert set(csv[csv.suite == "speed"].run_id) == {first} and set(csv[csv.suite == "correctness"].run_id) == {third}
 
 
-
-def test_a_run_on_another_machine_does_not_replace_a_board_it_covers_less_of(tmp_path, capsys, monkeypatch):
+def test_a_run_on_another_machine_does_not_replace_a_board_it_measured_less_of(tmp_path, capsys, monkeypatch):
     """One variant run on another kind of machine would make the board that machine's, with nothing else
-    measured there: it is held back (its own board beside, the run kept); a run covering every variant there
-    replaces the board, and the held one stays out of it."""
+    measured there (or what was, days ago): it is held back (its own board beside, the run kept); a run there of
+    every variant replaces the board, and the held one stays out of it. Each run is judged alone: the first
+    machine's earlier runs covering every variant do not let one variant run there take the board back. Other
+    settings on the board's machine replace it as before (a board's own runs set different suites)."""
     import zoo
     from zoo import environment
 
-    first = zoo.run(["dot-product", "multi-head"], suites=["correctness"], profile="smoke", out=tmp_path)
-    first = first.attrs["run_id"]
-    here = environment.fingerprint
-    monkeypatch.setattr(environment, "fingerprint", lambda *args: {**here(*args), "cpu": "Another CPU"})
-    warnings = []
-    second = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path, warn=warnings.append)
-    second = second.attrs["run_id"]
+    def run(names, cpu=None, **options):
+        if cpu:
+            monkeypatch.setattr(environment, "fingerprint", lambda *args: {**here(*args), "cpu": cpu})
+        done = zoo.run(names, suites=["correctness"], profile="smoke", out=tmp_path, warn=warnings.append, **options)
+        monkeypatch.setattr(environment, "fingerprint", here)
+        return done.attrs["run_id"]
+
+    here, warnings, both = environment.fingerprint, [], ["dot-product", "multi-head"]
+    first = run(both)
+    second = run(["dot-product"], cpu="Another CPU")
     assert _shown_run(_leaderboard(tmp_path)) == first
     assert len(warnings) == 1 and f"run {second} did not replace the board" in warnings[0]
-    assert ("it belongs to another board (cpu Another CPU, the board's " in warnings[0]
-            and "whose runs cover 1 of this board's 2 variants (not multi-head)" in warnings[0])
+    assert ("it ran on another kind of machine (cpu Another CPU, the board's " in warnings[0]
+            and "and measured 1 of this board's 2 variants (not multi-head): measure them on the board's kind of "
+                "machine, or all of them here (zoo run-all) to make the board this machine's" in warnings[0])
     assert _shown_run((tmp_path / "held-back" / "README.md").read_text()) == second
     exported = {json.loads(line)["run_id"] for line in (tmp_path / "runs.jsonl").read_text().splitlines()}
     assert {first, second} <= exported  # nothing lost
     status, lines = zoo_here(capsys, "leaderboard", "--out", tmp_path)
     assert status == 0 and _shown_run(_leaderboard(tmp_path)) == first
-    assert any(f"run {second} is held back (it belongs to another board" in line for line in lines)
+    assert any(f"run {second} is held back (it ran on another kind of machine" in line for line in lines)
 
-    third = zoo.run(["dot-product", "multi-head"], suites=["correctness"], profile="smoke", out=tmp_path)
-    assert _shown_run(_leaderboard(tmp_path)) == third.attrs["run_id"]  # every variant there: the board moves
+    third = run(both, cpu="Another CPU")
+    assert _shown_run(_leaderboard(tmp_path)) == third  # every variant there: the board moves
     assert second not in set(pd.read_csv(tmp_path / "results.csv").run_id)
+    fourth = run(["dot-product"])  # the first machine again, one variant: its older runs do not count
+    assert _shown_run(_leaderboard(tmp_path)) == third and f"run {fourth} did not replace" in warnings[-1]
+    fifth = run(["dot-product"], cpu="Another CPU", suite_settings={"correctness": {"cases": 2}})
+    assert _shown_run(_leaderboard(tmp_path)) == fifth  # other settings on the board's machine: as before
 
 
 def test_a_causal_only_variant_is_measured_and_ranked_causal_beside_non_causal_ones(tmp_path):
@@ -519,7 +527,7 @@ def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_
     noise = {"all": pd.Series(0.05, index=cells), "one": pd.Series(0.05, index=cells[:2]),
              "busy": pd.Series([0.05] * 16 + [1.0] * 4, index=cells)}
     store = SimpleNamespace(runs=lambda: pd.DataFrame({"run_id": ["all", "one", "busy"]}),
-                            jobs=lambda run: pd.DataFrame({"variant": list("abcdefghij")}))
+                            jobs=lambda run: pd.DataFrame({"variant": list("abcdefghij")}), environment=lambda run: {})
     monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: noise[run])
     monkeypatch.setattr(leaderboard, "board_group", lambda store, run: "quick")
     shown, held = leaderboard.board_run(store, {})

@@ -103,7 +103,7 @@ def test_attention_with_a_sink_is_the_sink_column_softmax_with_its_gradients(mon
         assert torch.isfinite(mine).all() and torch.allclose(mine, theirs, atol=1e-10), name
 
 
-def test_attention_with_a_sink_keeps_a_nan_a_float_masks_gradient_and_values_of_another_width():
+def test_attention_with_a_sink_treats_a_nan_as_torchs_sdpa_keeps_a_float_masks_gradient_and_wider_values():
     from zoo.functional import sdpa_with_sink, softmax_with_sink
 
     generator = torch.Generator().manual_seed(7)
@@ -116,6 +116,7 @@ def test_attention_with_a_sink_keeps_a_nan_a_float_masks_gradient_and_values_of_
     # AVX2 and zeros with AVX-512 (seen on an Intel Xeon), so the sink's answer is checked against this machine's
     keeps = F.scaled_dot_product_attention(poisoned, k, k).isnan()
     assert torch.equal(out.isnan(), keeps) and not keeps[0, 0].any() and not keeps[0, 1, :2].any()  # other rows clean
+    assert out[0, 1, 2].isnan().all() or torch.equal(out[0, 1, 2], torch.zeros(4, dtype=out.dtype))  # never garbage
     bias = torch.randn(1, 2, 3, 1, dtype=torch.float64, generator=generator, requires_grad=True)  # a column to broadcast
     wide = torch.randn(1, 2, 5, 6, dtype=torch.float64, generator=generator)  # values wider than queries and keys
     for values in (k, wide):

@@ -66,12 +66,15 @@ def test_measure_again_makes_each_board_as_it_was_made_and_only_the_suites_asked
         f"zoo run block-sparse {long} --suite correctness --suite speed --repeats 3 --out leaderboard/long-sequences",
         f"zoo run block-sparse {long} --suite complexity --out leaderboard/long-sequences",
         f"zoo run block-sparse {long} --suite inference --repeats 3 --out leaderboard/long-sequences",
-        f"zoo run block-sparse {long} --suite quality --repeats 3 --set quality.steps=300 --set quality.recall_steps=600 "
-        "--set quality.seeds=2 --set quality.task_max_gflop=5000 --out leaderboard/long-sequences",
+        f"zoo run block-sparse {long} --suite quality --repeats 3 --set quality.steps=300 "
+        "--set quality.recall_steps=600 --set quality.seeds=2 --set quality.task_max_gflop=5000 "
+        "--out leaderboard/long-sequences",
         "zoo leaderboard --out leaderboard/long-sequences",
         "zoo leaderboard --out leaderboard"]
     only = run_python(REPO / "scripts" / "measure-again", "rotary", "--suite", "complexity", "--dry-run", timeout=300)
-    assert only.stdout.splitlines()[0] == "zoo run rotary --suite complexity --out leaderboard"
+    assert only.returncode == 0 and only.stdout.splitlines()[0] == "zoo run rotary --suite complexity --out leaderboard"
     assert len(only.stdout.splitlines()) == 3  # no long-board run: rotary is not there
     unknown = run_python(REPO / "scripts" / "measure-again", "nope", "--dry-run", timeout=300)
     assert unknown.returncode == 2 and "not a registered variant: nope" in unknown.stderr
+    typo = run_python(REPO / "scripts" / "measure-again", "rotary", "--suite", "sped", "--dry-run", timeout=300)
+    assert typo.returncode == 2 and "--suite sped: the boards' suites are" in typo.stderr and not typo.stdout

@@ -20,7 +20,7 @@ from . import webpage
 from .board import KIND_TITLES, Board, board_group, cell, markdown_table, origin_text
 from .checks import MEASURED
 from .contract import Target
-from .environment import COMPARABLE_ENVIRONMENT
+from .environment import COMPARABLE_ENVIRONMENT, machine_kind
 from .export import EXPORT
 from .folder import BoardFolder
 from .ranking import (advice, ceilings, gate_sentence, keeps, ranked_axes, ranked_tables, stale_lines, standing_text,
@@ -181,44 +181,48 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
     started; each replaces the board unless its timings are far noisier (:func:`held_back_reason`) than the cells
     of the board it would replace (each cell's spread in the latest run not held back that timed it, among the runs
     of its settings and machine: a run of one variant does not make a whole run-all the reference's cells), or it
-    belongs to another board (:func:`zoo.board.board_group`: another kind of machine or other settings) whose runs
-    cover fewer variants than the board's (:func:`narrower_reason`): a busy machine, or one variant run on another
-    machine, never writes over a board, and the held-back run stays in the store (``zoo leaderboard --run``
-    publishes it)."""
+    ran on another kind of machine and did not measure every variant the board's runs did
+    (:func:`narrower_reason`): a busy machine, or one variant run on another machine, never writes over a board,
+    and the held-back run stays in the store (``zoo leaderboard --run`` publishes it). Runs of other settings on
+    the board's machine replace it as before: a board's own runs differ in the suites they set (the long board's
+    speed and quality runs), and each suite's rows are matched by that suite's settings."""
+    from .api import default_registry
+
     suites = registered_suites() if suites is None else suites
+    registered = set(default_registry().list_variants())
     shown, reference, held, covered = None, {}, {}, {}
     for run in store.runs().run_id:
         noise = run_noise(store, run, suites)
-        group = board_group(store, run)
+        group, machine = board_group(store, run), machine_kind(store.environment(run))
         if group in reference and (why := held_back_reason(noise, reference[group])):
             held[run] = why
             continue
-        variants = covered.get(group, set()) | set(store.jobs(run).variant)
-        if shown is not None and (why := narrower_reason(store, run, variants, shown, covered[shown_group])):
+        measured = set(store.jobs(run).variant)
+        if shown is not None and machine != shown_machine and (why := narrower_reason(
+                store, run, shown, measured, covered[shown_machine] & registered)):
             held[run] = why
             continue
-        covered[group] = variants
+        covered[machine] = covered.get(machine, set()) | measured
         if group not in reference or reference[group].empty:
             reference[group] = noise
         elif not noise.empty:
             reference[group] = noise.combine_first(reference[group])
-        shown, shown_group = run, group
+        shown, shown_machine = run, machine
     return shown, held
-
-
-def narrower_reason(store: Store, run: str, variants: set[str], shown: str, board_variants: set[str]) -> str | None:
-    """Why ``run``, of another board than the one showing run ``shown``, must not replace it (None: it may): the
-    runs of its board, with it, cover ``variants``, not every one of ``board_variants`` (what the shown board's
-    runs cover). Its board would show less than the one it replaces, measured where the rest never was."""
-    if board_group(store, run) == board_group(store, shown) or not (missing := board_variants - variants):
+def narrower_reason(store: Store, run: str, shown: str, measured: set[str], board_variants: set[str]) -> str | None:
+    """Why ``run``, from another kind of machine than run ``shown`` that the board shows, must not replace it (None:
+    it may): it measured ``measured``, not every one of ``board_variants`` (the registered variants the board's
+    machine measured), so the board it would turn to would show the others from that machine's older runs, or not
+    at all."""
+    if not (missing := board_variants - measured):
         return None
     mine, theirs = store.environment(run), store.environment(shown)
     differs = [f"{key} {mine.get(key)}, the board's {theirs.get(key)}" for key in COMPARABLE_ENVIRONMENT
                if str(mine.get(key)) != str(theirs.get(key))]
-    where = "; ".join(differs) if differs else "other settings than the board's runs"
-    return (f"it belongs to another board ({where}), whose runs cover {len(board_variants & variants)} of this "
-            f"board's {len(board_variants)} variants (not {', '.join(sorted(missing)[:3])}"
-            f"{', ...' if len(missing) > 3 else ''}): run every variant there first (zoo run-all)")
+    return (f"it ran on another kind of machine ({'; '.join(differs)}) and measured {len(board_variants & measured)} "
+            f"of this board's {len(board_variants)} variants (not {', '.join(sorted(missing)[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}): measure them on the board's kind of machine, or all of them "
+            "here (zoo run-all) to make the board this machine's")
 
 
 def shown_runs(store: Store, suites: dict[str, Suite] | None = None) -> set[str]:
