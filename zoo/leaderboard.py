@@ -181,7 +181,7 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
     started; each replaces the board unless its timings are far noisier (:func:`held_back_reason`) than the cells
     of the board it would replace (each cell's spread in the latest run not held back that timed it, among the runs
     of its settings and machine: a run of one variant does not make a whole run-all the reference's cells), or it
-    ran on another kind of machine and did not measure every variant the board's runs did
+    ran on another kind of machine and did not measure every variant the board's machine did
     (:func:`narrower_reason`): a busy machine, or one variant run on another machine, never writes over a board,
     and the held-back run stays in the store (``zoo leaderboard --run`` publishes it). Runs of other settings on
     the board's machine replace it as before: a board's own runs differ in the suites they set (the long board's
@@ -190,7 +190,7 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
 
     suites = registered_suites() if suites is None else suites
     registered = set(default_registry().list_variants())
-    shown, reference, held, covered = None, {}, {}, {}
+    shown, shown_machine, reference, held, covered = None, None, {}, {}, {}
     for run in store.runs().run_id:
         noise = run_noise(store, run, suites)
         group, machine = board_group(store, run), machine_kind(store.environment(run))
@@ -209,6 +209,8 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
             reference[group] = noise.combine_first(reference[group])
         shown, shown_machine = run, machine
     return shown, held
+
+
 def narrower_reason(store: Store, run: str, shown: str, measured: set[str], board_variants: set[str]) -> str | None:
     """Why ``run``, from another kind of machine than run ``shown`` that the board shows, must not replace it (None:
     it may): it measured ``measured``, not every one of ``board_variants`` (the registered variants the board's
