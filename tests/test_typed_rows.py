@@ -115,12 +115,17 @@ def test_only_the_rows_of_runs_stored_before_are_upgraded_in_order_and_by_their_
                          row("old", "correctness", "baseline-naive"),
                          row("old", "correctness", "device-placement", "batch=2 q_len=9 baseline naive"),
                          row("old", "speed", "approximation-error-sweep", "full fwd n=64 dtype=torch.float16"),
-                         row("new", "speed", "compile-time"), row("new", "complexity", "attention-flops")])
-    upgraded = upgrade_rows(rows, registered_suites(), {"old": {}, "new": {"row_form": "2"}})
+                         row("new", "speed", "compile-time"), row("new", "complexity", "attention-flops"),
+                         row("new", "quality", "accuracy-seed", "long-range-copy seed=1"),
+                         row("now", "quality", "accuracy-seed", "long-range-copy seed=1")])
+    upgraded = upgrade_rows(rows, registered_suites(), {"old": {}, "new": {"row_form": "2"}, "now": {"row_form": "3"}})
     assert list(zip(upgraded.check, upgraded.versus)) == [
         ("time-ratio", "torch-sdpa"), ("x-torch-sdpa", ""), ("baselines", "naive"), ("device-placement", "naive"),
-        ("approximation-error-sweep", ""), ("compile-time", ""), ("attention-flops", "")]
+        ("approximation-error-sweep", ""), ("compile-time", ""), ("attention-flops", ""), ("accuracy-seed", ""),
+        ("accuracy-seed", "")]
     assert upgraded.params[4] == {"dtype": "torch.float16"}  # no literal: kept as written
+    assert upgraded.params[7] == {"task": "long-range-copy", "seed": 1}  # form 2 named the task in the setting only
+    assert upgraded.params[8] is None  # a row of today's form is never rewritten
 
 
 def test_an_older_store_gains_the_new_columns_and_reads_the_same_before_it_does(tmp_path):

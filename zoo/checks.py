@@ -78,11 +78,12 @@ class Result:
 
 
 RESULT_FIELDS = [f.name for f in fields(Result)]
-ROW_FORM = "2"
-"""How a run's rows say what they are about, recorded in its environment as ``row_form``: "2", in ``versus`` and
-``params``; a run without it (1) built the other callable into the check name (``x-torch-sdpa``), and its rows
-are read through each suite's ``upgrade``. Rows of newer runs are never renamed."""
 """The result schema, in one place: the store's columns and results.csv follow it (plus the variant and suite)."""
+ROW_FORM = "3"
+"""How a run's rows say what they are about, recorded in its environment as ``row_form``: "3", in ``versus`` and
+``params`` (the quality suite's task too); "2" named the task only in the setting; a run without it (1) built the
+other callable into the check name (``x-torch-sdpa``). Rows of runs of an older form are read through each
+suite's ``upgrade``; rows of runs of this form never are."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from .checks import ERROR, STATUSES
+from .checks import ERROR, ROW_FORM, STATUSES
 from .contract import NAME_PATTERN, RegistrationError
 
 if TYPE_CHECKING:
@@ -156,8 +156,9 @@ class Suite:
     ``noise(rows)``: the relative spread of each cell the suite timed, from its rows of one run, as a Series
     indexed by cell (what a rerun would see move): a run whose cells spread far more than the board's is held back
     instead of written over it (:func:`zoo.leaderboard.board_run`).
-    ``upgrade(row)``: a row an older zoo stored (a dict of the result columns), as the suite's rows are today
-    (:func:`legacy_names` does the usual case): the board, ``zoo compare`` and the targets read stored rows so.
+    ``upgrade(row)``: a row an older zoo stored (a dict of the result columns, and ``form``: the form its run
+    stored rows in, an int below :data:`zoo.checks.ROW_FORM`), as the suite's rows are today (:func:`legacy_names`
+    does the usual case): the board, ``zoo compare`` and the targets read stored rows so.
     """
 
     name: str
@@ -218,8 +219,8 @@ def legacy_names(row: dict, templates: Mapping[str, str], current: Iterable[str]
     """``row`` with a name built the old way split into its kind and ``versus``: before rows had a ``versus``
     field, a ratio to SDPA was stored as check ``x-torch-sdpa``; with ``templates`` {"time-ratio": "x-{}"} it
     becomes check ``time-ratio``, versus ``torch-sdpa``. A name among ``current`` (today's kinds) or a row with
-    a ``versus`` is left as it is."""
-    if row.get("versus") or row["check"] in set(current):
+    a ``versus``, or one stored in a form that had ``versus`` (2 on), is left as it is."""
+    if row.get("versus") or row.get("form", 1) >= 2 or row["check"] in set(current):
         return row
     for kind, template in templates.items():
         before, _, after = template.partition("{}")
@@ -231,20 +232,28 @@ def legacy_names(row: dict, templates: Mapping[str, str], current: Iterable[str]
 
 def upgrade_rows(rows: "pd.DataFrame", suites: Mapping[str, "Suite"], environments: Mapping[str, dict]) -> "pd.DataFrame":
     """Stored rows as their suites' rows are today (each suite's ``upgrade``), in the order they came: only the
-    rows of runs stored before rows had ``versus`` and ``params`` (``environments``: each run's, by id; see
-    :data:`zoo.checks.ROW_FORM`), so a newer row is never renamed, whatever its name."""
+    rows of runs stored in an older form (``environments``: each run's, by id; see :data:`zoo.checks.ROW_FORM`),
+    so a row of today's form is never renamed, whatever its name."""
     rows = rows.copy()
-    old = {run for run, environment in environments.items() if "row_form" not in environment}
+    forms = {run: _row_form(environment) for run, environment in environments.items()}
+    old = {run for run, form in forms.items() if form < int(ROW_FORM)}
     before = rows["run_id"].isin(old).to_numpy() if "run_id" in rows and not rows.empty else None
     for name, suite in suites.items():
         mine = (rows["suite"] == name).to_numpy() & before if suite.upgrade and before is not None else None
         if mine is None or not mine.any():
             continue
-        upgraded = [suite.upgrade(dict(row)) for row in rows.loc[mine].to_dict("records")]
+        upgraded = [suite.upgrade({**row, "form": forms[row["run_id"]]})
+                    for row in rows.loc[mine].to_dict("records")]
         for column in ("check", "versus", "params"):
             rows[column] = rows[column].astype(object)  # a dict (params) or text may replace what was there
             rows.loc[mine, column] = _object_column([row.get(column) for row in upgraded], rows.index[mine])
     return rows
+
+
+def _row_form(environment: Mapping) -> int:
+    """The form a run's rows were stored in (1: before forms were recorded, or not a number)."""
+    form = str(environment.get("row_form", "1"))
+    return int(form) if form.isdigit() else 1
 
 
 def upgrade_name(check: str, suites: Mapping[str, "Suite"]) -> tuple[str, str]:
@@ -252,7 +261,8 @@ def upgrade_name(check: str, suites: Mapping[str, "Suite"]) -> tuple[str, str]:
     whose ``upgrade`` renames it; unchanged when none does."""
     for suite in suites.values():
         if suite.upgrade:
-            row = suite.upgrade({"check": check, "versus": "", "setting": "", "params": None, "suite": suite.name})
+            row = suite.upgrade({"check": check, "versus": "", "setting": "", "params": None, "suite": suite.name,
+                                 "form": 1})
             if row["check"] != check:
                 return row["check"], row.get("versus", "")
     return check, ""

@@ -86,9 +86,44 @@ def test_the_recall_sweep_grows_pairs_and_keys_at_fixed_width_and_reports_a_curv
     rows = list(run_quality(registry.variant("dot-product"), get_profile("smoke")))
     curve = [r for r in rows if r.check == "recall-vs-pairs"]
     assert [(r.n, r.setting) for r in curve] == [(8, "pairs=8"), (16, "pairs=16"), (32, "pairs=32")]
-    accuracy = {r.setting: r.value for r in rows if r.check == "accuracy"}
+    accuracy = {r.params["task"]: r.value for r in rows if r.check == "accuracy"}
     assert [r.value for r in curve] == [accuracy[f"recall-{p}-pairs"] for p in (8, 16, 32)]
     assert "recall sweep steps=20" in rows[0].detail
+    per_task = [r for r in rows if r.check in ("accuracy", "accuracy-std", "chance", "train-seconds")]
+    assert {r.params["task"] for r in per_task} == {t.name for t in default_tasks()}
+    assert {(r.params["task"], r.params["seed"]) for r in rows if r.check == "accuracy-seed"} == {
+        (t.name, 0) for t in default_tasks()}
+
+
+def test_the_board_reads_each_task_from_its_params_and_upgrades_rows_stored_with_the_task_in_the_setting(registry,
+                                                                                                        tmp_path):
+    """The task is a field of its rows: a board whose rows' settings say nothing still shows each task's accuracy,
+    and a run stored before (row form 2, the task named only in the setting) reads back with the task in params."""
+    import dataclasses
+
+    from zoo import leaderboard
+    from zoo.board import Board
+    from zoo.store import Store
+
+    profile = get_profile("smoke").with_settings("quality", steps=1, recall_steps=1)
+    rows = list(run_quality(registry.variant("dot-product"), profile))
+    store = Store(tmp_path / "results.sqlite")
+    blank = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    store.record_job(blank, "dot-product", "quality", "done", 1.0, {"card": registry.variant("dot-product").card()},
+                     [dataclasses.replace(r, setting="").as_dict() for r in rows])
+    leaderboard.render(store, blank, tmp_path / "blank")
+    text = (tmp_path / "blank" / "README.md").read_text()
+    accuracy = {r.params["task"]: r.value for r in rows if r.check == "accuracy"}
+    quality = text[text.index("## Quality"):]
+    for task, value in accuracy.items():
+        assert task in quality and f"{value:.3f}" in quality, task
+    stored = store.start_run(profile.as_dict(), {"device": "cpu", "row_form": "2"}, "2026-01-01 00:01:00")
+    store.record_job(stored, "dot-product", "quality", "done", 1.0, {"card": registry.variant("dot-product").card()},
+                     [dataclasses.replace(r, params=None).as_dict() for r in rows])
+    board = Board.of(store, stored, leaderboard.registered_suites())
+    read = board.rows("quality")
+    assert read[read.check == "accuracy"].params.tolist() == [{"task": t} for t in accuracy]
+    assert sorted(p["seed"] for p in read[read.check == "accuracy-seed"].params) == [0] * len(accuracy)
 
 
 def test_shapes_task_labels_match_the_stamped_shape():
@@ -124,7 +159,7 @@ def test_the_tasks_on_which_a_sparse_core_is_dense_attention_are_found_by_comput
     from zoo.suites.quality import dense_on_tasks
 
     hp = {"d_model": 64, "heads": 4}
-    windowed = {row.setting: row for row in dense_on_tasks(registry.variant("windowed"), hp, seed=0)}
+    windowed = {row.params["task"]: row for row in dense_on_tasks(registry.variant("windowed"), hp, seed=0)}
     assert "recall-8-pairs" in windowed and "long-range-copy" not in windowed and "local-copy" not in windowed
     assert all(row.value <= 1e-10 and row.versus == "torch-sdpa" for row in windowed.values())
     assert list(dense_on_tasks(registry.variant("dot-product"), hp, seed=0)) == []

@@ -843,7 +843,7 @@ def upgrade(row: dict) -> dict:
     """A stored row as the suite yields it today: a baseline's verdicts named by ``versus``, not in the check name
     (``baseline-<label>``) or, for device placement, at the end of the setting (``... baseline <label>``)."""
     row = legacy_names(row, {"baselines": "baseline-{}"}, [c.name for c in CHECKS])
-    if row["check"] == "device-placement" and not row.get("versus") and " baseline " in (row.get("setting") or ""):
+    if row.get("form", 1) < 2 and row["check"] == "device-placement" and not row.get("versus") and " baseline " in (row.get("setting") or ""):
         row = {**row, "versus": row["setting"].rsplit(" baseline ", 1)[1]}
     return row
 

@@ -24,6 +24,7 @@ from zoo.blocks import SequenceModel, VisionTransformer
 from zoo.checks import MEASURED, SKIPPED, Check, Result
 from zoo.measure import count_flops
 from zoo.tasks import IGNORE, Task, default_tasks
+from zoo.workload import SDPA
 
 SUITE = "quality"
 EVAL_EXAMPLES = 512
@@ -145,7 +146,7 @@ def dense_on_tasks(variant, hp: dict, seed: int):
                 yield Result("reduces-to", MEASURED, task.name, difference, "rel. difference",
                              f"at the task's {n} tokens, with the options it trains with, it computes dense softmax "
                              f"attention (relative difference {difference:.1g}): its scores there are dense "
-                             "attention's", versus="torch-sdpa")
+                             "attention's", versus=SDPA, params={"task": task.name})
     except Exception as exc:  # the comparison is a note, never the suite's failure
         yield Result("reduces-to", SKIPPED, detail=f"not compared with dense attention: {type(exc).__name__}: {exc}")
 
@@ -166,20 +167,24 @@ def run_quality(variant, profile):
         for seed in range(profile.seed, profile.seed + settings.seeds):
             outcome = train(variant, task, hp, seed, settings.task_max_gflop, profile.device)
             if outcome.skipped:
-                yield Result("accuracy", SKIPPED, task.name, detail=outcome.skipped)
+                yield Result("accuracy", SKIPPED, task.name, detail=outcome.skipped, params={"task": task.name})
                 break
             scores.append(outcome.accuracy)
             seconds.append(outcome.seconds)
-            yield Result("accuracy-seed", MEASURED, f"{task.name} seed={seed}", outcome.accuracy, "fraction")
+            yield Result("accuracy-seed", MEASURED, f"{task.name} seed={seed}", outcome.accuracy, "fraction",
+                         params={"task": task.name, "seed": seed})
         if not scores:
             continue
         spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        on_task = {"task": task.name}
         yield Result("accuracy", MEASURED, task.name, statistics.mean(scores), "fraction",
-                     f"± {spread:.3f} (std over {len(scores)} seeds); chance {task.chance:.3f}; {task.summary}")
-        yield Result("accuracy-std", MEASURED, task.name, spread, "fraction", f"std over {len(scores)} seeds")
-        yield Result("chance", MEASURED, task.name, task.chance, "fraction", "accuracy of guessing")
+                     f"± {spread:.3f} (std over {len(scores)} seeds); chance {task.chance:.3f}; {task.summary}",
+                     params=on_task)
+        yield Result("accuracy-std", MEASURED, task.name, spread, "fraction", f"std over {len(scores)} seeds",
+                     params=on_task)
+        yield Result("chance", MEASURED, task.name, task.chance, "fraction", "accuracy of guessing", params=on_task)
         yield Result("train-seconds", MEASURED, task.name, statistics.mean(seconds), "s",
-                     f"mean over {len(seconds)} seeds of {hp['steps']} steps")
+                     f"mean over {len(seconds)} seeds of {hp['steps']} steps", params=on_task)
         if task.pairs:  # a point of the recall-versus-pairs curve
             yield Result("recall-vs-pairs", MEASURED, f"pairs={task.pairs}", statistics.mean(scores), "fraction",
                          f"{task.summary}; {hp['steps']} steps, mean over {len(scores)} seeds", n=task.pairs)
@@ -232,9 +237,29 @@ def run_state_dials(variant, profile):
 # --- on the board ---------------------------------------------------------------------------------------
 
 
-def _value_at(rows, variant, check, setting):
-    """The value of ``check`` at ``setting`` (for one variant, or any), or None."""
-    rows = rows[(rows.check == check) & (rows.setting == setting)].dropna(subset=["value"])
+PER_TASK = ("accuracy", "accuracy-seed", "accuracy-std", "chance", "train-seconds", "reduces-to")
+"""The row kinds measured per task: the task's name is in their ``params`` (``task``; ``seed`` too for one seed's)."""
+
+
+def upgrade(row: dict) -> dict:
+    """A stored row as the suite yields it today: a per-task row stored before the task was in ``params`` named it
+    only in its setting (``long-copy``, ``long-copy seed=1``)."""
+    if row["check"] not in PER_TASK or isinstance(row.get("params"), dict) and "task" in row["params"]:
+        return row
+    task, _, seed = (row.get("setting") or "").partition(" seed=")
+    if not task:  # a row about no task (a comparison that did not run)
+        return row
+    return {**row, "params": {"task": task, **({"seed": int(seed)} if seed.isdigit() else {})}}
+
+
+def tasks_of(rows) -> pd.Series:
+    """The task each row is about (None for a row about none), from its ``params``."""
+    return rows.params.map(lambda params: params.get("task") if isinstance(params, dict) else None)
+
+
+def _value_at(rows, variant, check, task):
+    """The value of ``check`` on ``task`` (for one variant, or any), or None."""
+    rows = rows[(rows.check == check) & (tasks_of(rows) == task)].dropna(subset=["value"])
     if variant is not None:
         rows = rows[rows.variant == variant]
     return None if rows.empty else float(rows.value.iloc[-1])
@@ -266,10 +291,10 @@ def details(board, variant) -> list:
     mine = board.rows(SUITE, variant)
     rows = []
     for r in mine[mine.check == "accuracy"].itertuples():
-        chance = _value_at(quality, None, "chance", r.setting)
-        rows.append({"task": r.setting, "accuracy": _score_text(mine, r),
+        chance = _value_at(quality, None, "chance", r.params["task"])
+        rows.append({"task": r.params["task"], "accuracy": _score_text(mine, r),
                      "chance": "" if chance is None else f"{chance:.3f}"})
-    dense = set(mine[(mine.check == "reduces-to") & (mine.status == MEASURED)].setting)
+    dense = set(tasks_of(mine[(mine.check == "reduces-to") & (mine.status == MEASURED)]))
     for row in rows if dense else []:  # a column only where some task saw dense attention
         row["dense attention here"] = "yes: outputs equal dense SDPA to 1e-10 (float64)" if row["task"] in dense else ""
     return [zoo.Table(f"Quality ({board.source_text(SUITE)})", list(rows[0]), rows)] if rows else []
@@ -279,7 +304,7 @@ def _score_text(quality, row) -> str:
     """An accuracy row as the board shows it: mean ± std over seeds, or why it was skipped."""
     if row.status == SKIPPED or pd.isna(row.value):
         return f"skipped: {row.detail}"
-    spread = _value_at(quality, row.variant, "accuracy-std", row.setting)
+    spread = _value_at(quality, row.variant, "accuracy-std", row.params["task"])
     return f"{row.value:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
 
 
@@ -318,13 +343,13 @@ def section(board) -> zoo.Section:
     if scores.empty:
         return zoo.Section("Quality", ["_Not in this run: `zoo run-all --suite quality` (or `--profile full`) trains "
                                        "every variant on the synthetic tasks._"])
-    tasks = list(dict.fromkeys(scores.setting))
+    tasks = list(dict.fromkeys(tasks_of(scores)))
     rows = []
     for variant in sorted(set(scores.variant)):
         mine = scores[scores.variant == variant]
         row = {"variant": variant, "trained with": options_text(board.card(variant))}
         for task in tasks:
-            hit = mine[mine.setting == task]
+            hit = mine[tasks_of(mine) == task]
             row[task] = _score_text(board.rows(SUITE, variant), next(hit.itertuples())) if not hit.empty else ""
         rows.append(row)
     chance = {task: _value_at(quality, None, "chance", task) for task in tasks}
@@ -341,7 +366,7 @@ def section(board) -> zoo.Section:
     reduced = quality[(quality.check == "reduces-to") & (quality.status == MEASURED)]
     if not reduced.empty:
         tables.append(zoo.Table("Where a variant is dense attention", ["variant", "tasks"], [
-            {"variant": v, "tasks": ", ".join(dict.fromkeys(reduced[reduced.variant == v].setting))}
+            {"variant": v, "tasks": ", ".join(dict.fromkeys(tasks_of(reduced[reduced.variant == v])))}
             for v in sorted(set(reduced.variant))], note=[
             "On these tasks the variant, with the options it trains with, computes exactly dense softmax attention "
             "(its output equals torch SDPA's to 1e-10 in float64 at the task's sequence length: its window or "
@@ -350,8 +375,7 @@ def section(board) -> zoo.Section:
     curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
     if not curve.empty:
         pairs = sorted(int(p) for p in set(curve.n))
-        table = [{"variant": variant, **{f"{p} pairs": fmt_g(_value_at(curve, variant, "recall-vs-pairs", f"pairs={p}"),
-                                                              ".3f") for p in pairs}}
+        table = [{"variant": variant, **{f"{p} pairs": fmt_g(_recall_at(curve, variant, p), ".3f") for p in pairs}}
                  for variant in sorted(set(curve.variant))]
         example = curve.sort_values("n").detail.iloc[-1]
         tables.append(zoo.Table("Associative recall versus number of pairs", [], table, note=[
@@ -477,6 +501,12 @@ def _recall_state_plot(quality):
                         f"associative recall at {pairs} pairs", "recall-vs-state.png", top=1.02, dials=dials)
 
 
+def _recall_at(curve, variant, pairs):
+    """The variant's recall at ``pairs`` key-value pairs (the curve's ``n``), or None."""
+    hit = curve[(curve.variant == variant) & (curve.n == pairs)].dropna(subset=["value"])
+    return None if hit.empty else float(hit.value.iloc[-1])
+
+
 def _recall_plot(curve):
     if curve.empty:
         return None
@@ -513,7 +543,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("hyper-parameters", "the training budget and hyper-parameters, the same for every variant"),
         zoo.Measure("reduces-to", "a task on which the variant, with the options it trains with, computes exactly dense "
                     "softmax attention (versus: torch-sdpa)", "rel. difference")),
-    profiles=("full",), carried=True, section=section, columns=columns, details=details, axes=axes,
+    profiles=("full",), carried=True, section=section, columns=columns, details=details, axes=axes, upgrade=upgrade,
     order=40,
     # the training budget per task; a task whose counted training FLOPs (one step, counted, times the steps)
     # exceed task_max_gflop is skipped before it starts (None: no cap)

@@ -821,7 +821,7 @@ LEGACY_NAMES = {"time-ratio": "x-{}", "time": "{}-time", "plan": "{}-plan", "fir
 def upgrade(row: dict) -> dict:
     """A stored row as the suite yields it today: the callable out of its name, a swept option out of its setting."""
     row = legacy_names(row, LEGACY_NAMES, [m.name for m in SUITE_DEFINITION.measures])
-    if row["check"].startswith("approximation-error-sweep") and not row.get("params") and "=" in row["setting"]:
+    if row.get("form", 1) < 2 and row["check"].startswith("approximation-error-sweep") and not row.get("params") and "=" in row["setting"]:
         option, _, text = row["setting"].rsplit(" ", 1)[-1].partition("=")
         try:
             value = ast.literal_eval(text)
