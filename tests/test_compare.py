@@ -2,6 +2,7 @@
 are not like for like."""
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from zoo.compare import differences, ratio_interval, timing_changes
@@ -83,3 +84,30 @@ def test_a_negative_fitted_exponent_that_moved_is_explained_and_a_positive_one_i
     after = pd.concat([run(-0.212, "linear"), run(1.9, "dense")])
     notes = dict(zip(exponent_changes(before, after).variant, exponent_changes(before, after).note))
     assert notes == {"linear": NEGATIVE_EXPONENT, "dense": ""}
+
+
+def test_compare_runs_is_the_python_api_zoo_compare_prints(tmp_path, capsys):
+    """The command only prints what :func:`zoo.compare.compare_runs` returns: the same runs and tables."""
+    from zoo.checks import Result
+    from zoo.cli import main
+    from zoo.compare import compare_runs
+    from zoo.store import Store
+
+    store = Store(tmp_path / "results.sqlite")
+    runs = []
+    for started, base in (("2026-01-01 00:00:00", 1.0), ("2026-01-01 01:00:00", 2.0)):
+        run = store.start_run({"name": "quick", "threads": 2}, {"device": "cpu"}, started)
+        samples = [base * (1 + 0.01 * i) for i in range(8)]
+        store.record_job(run, "v", "speed", "done", 1.0, {}, [Result(
+            "time", "measured", "full fwd n=64", samples[4], "s", n=64, mode="full", phase="fwd",
+            samples=samples).as_dict()])
+        runs.append(run)
+    comparison = compare_runs(tmp_path, runs[0], runs[1][:len(runs[1]) - 2])  # a unique prefix names a run
+    assert (comparison.before, comparison.after) == tuple(runs) and comparison.warnings == []
+    title, slower = comparison.tables[0]
+    assert title.startswith("Timing changes") and list(slower.change) == ["slower"]
+    assert slower["after / before"].iloc[0] == pytest.approx(2.0)
+    assert main(["compare", runs[0], runs[1], "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert f"comparing {runs[0]} (before) with {runs[1]} (after)" in printed
+    assert all(f"## {title}" in printed for title, _ in comparison.tables) and "| slower" in printed

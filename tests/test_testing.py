@@ -4,6 +4,7 @@ import textwrap
 
 import pytest
 
+from zoo.registry import load_registry
 from zoo.testing import check_variant, parametrize_with_checks
 
 from conftest import good_plugin, run_python, run_zoo
@@ -55,3 +56,25 @@ def test_zoo_check_reports_the_smallest_failing_case(tmp_path):
 def test_expected_failures_must_name_real_checks():
     with pytest.raises(ValueError, match="unknown checks"):
         parametrize_with_checks(["linear"], expected_failures={"no-such-check": "why"})
+
+
+def test_variants_of_finds_what_zoo_check_checks_and_refuses_a_target_that_names_none(tmp_path):
+    """`zoo check TARGET` resolves its target through :func:`zoo.testing.variants_of`: a .py file's own variants
+    (loaded beside the core suites alone), an installed variant by name, and one line for a target that names
+    none, with why its plugin did not load."""
+    from zoo.contract import OptionError
+    from zoo.testing import variants_of
+
+    plugin = tmp_path / "leaky.py"
+    plugin.write_text(good_plugin("leaky"))
+    registry, names = variants_of(str(plugin))
+    assert names == ["leaky"] and set(registry.variants) == {"leaky"}
+    installed = []
+    registry, names = variants_of("linear", installed=lambda: installed.append(1) or load_registry())
+    assert names == ["linear"] and installed == [1]
+    with pytest.raises(OptionError, match="no such file"):
+        variants_of(str(tmp_path / "absent.py"))
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('half-written plugin')\n")
+    with pytest.raises(OptionError, match="registered no variant; .*half-written plugin"):
+        variants_of(str(broken))

@@ -246,6 +246,7 @@ def _summary(results, suites) -> None:
 
 def cmd_leaderboard(args) -> int:
     """zoo leaderboard: re-render a board from its runs, writing no store."""
+    from .folder import resolve_run
     from .leaderboard import render
 
     store, path = _read_only_store(args.out)
@@ -256,7 +257,7 @@ def cmd_leaderboard(args) -> int:
 
     shown, held = board_run(store, suites)
     if args.run:
-        run_id = _resolve_run(store, args.run, path, "--run: ")
+        run_id = resolve_run(store, args.run, path, "--run: ")
     else:
         run_id = shown
         if run_id is None:
@@ -289,15 +290,6 @@ def _read_only_store(out: str):
     return store, folder.database
 
 
-def _resolve_run(store, given: str, path: Path, label: str = "") -> str:
-    """The run whose id is ``given`` or starts with it (one match, else a one-line error listing the runs)."""
-    runs = list(store.runs().run_id)
-    matches = [r for r in runs if r == given] or [r for r in runs if r.startswith(given)]
-    if len(matches) != 1:
-        raise OptionError(f"{label}run {given!r} matches {len(matches)} runs in {str(path)!r} (runs: {', '.join(runs)})")
-    return matches[0]
-
-
 def _leaderboard_by_device(store, out: Path, suites) -> int:
     from .leaderboard import render_by_device
 
@@ -322,7 +314,7 @@ def cmd_merge(args) -> int:
 
 def cmd_prune(args) -> int:
     """zoo prune: the one command that removes runs."""
-    from .folder import BoardFolder
+    from .folder import BoardFolder, resolve_run
 
     if bool(args.runs) == args.unshown:
         raise OptionError("prune: name the runs to remove (RUN ...), or give --unshown for every run no board shows")
@@ -333,7 +325,7 @@ def cmd_prune(args) -> int:
             from .leaderboard import shown_runs
 
             return set(store.runs().run_id) - shown_runs(store)
-        return {_resolve_run(store, given, folder.database) for given in args.runs}
+        return {resolve_run(store, given, folder.database) for given in args.runs}
 
     removed = folder.prune(chosen, dry_run=args.dry_run)
     for line in folder.notices(writing=not args.dry_run):
@@ -358,38 +350,13 @@ def cmd_new(args) -> int:
 def cmd_check(args) -> int:
     """Correctness suite on one plugin: an installed variant's name, a module path, or a .py file."""
     from .checks import BAD, ERROR, FAILED, PASSED, SKIPPED
-    from .registry import Registry
-    from .testing import check_variant
+    from .testing import check_variant, variants_of
 
-    target = args.target
-    if target.endswith(".py"):
-        if not Path(target).is_file():
-            raise OptionError(f"TARGET: no such file {target!r}")
-        registry = Registry()
-        registry.load_core()
-        registry.load_file(target)
-        names = [n for record in registry.plugins.values() if record.origin.kind == "file" for n in record.variants]
-    else:
-        registry = _registry(args)
-        if target in registry.variants:
-            names = [target]
-        else:
-            registry = Registry()
-            registry.load_core()
-            registry.load_module(target, "module")
-            names = [n for record in registry.plugins.values() if record.origin.kind == "module" for n in record.variants]
-            if not names and not registry.failures:
-                raise OptionError(f"TARGET {target!r} is neither a variant name nor a module or .py file that registers one")
-    if not names and "-" in target and not target.endswith(".py"):  # a variant's name (no module has a dash)
-        scaffolded = Path(f"zoo-{target}")
-        install = (f"pip install -e {scaffolded} (what zoo new wrote)" if (scaffolded / "pyproject.toml").is_file()
-                   else "pip install the distribution that provides it")
-        raise OptionError(f"TARGET {target!r} is not an installed variant: {install}, or give its .py file "
-                          "(zoo list shows the installed ones)")
+    from .registry import load_registry
+
+    registry, names = variants_of(args.target, installed=lambda: load_registry(args.plugins_dir, strict=args.strict))
     for failure in registry.failures:
         print(f"zoo: warning: {failure.message()}", file=sys.stderr)
-    if not names:
-        raise OptionError(f"TARGET {target!r} registered no variant")
     failed = 0
     for name in names:
         variant = registry.variant(name)
@@ -406,34 +373,15 @@ def cmd_compare(args) -> int:
     """zoo compare: what changed between two runs."""
     from tabulate import tabulate
 
-    from .compare import (PRACTICAL_CHANGE, PRACTICAL_CHANGE_ONE_PROCESS, differences, exponent_changes,
-                          status_changes, timing_changes)
-    from .suite import upgrade_rows
+    from .compare import compare_runs
 
-    store, path = _read_only_store(args.out)
-    resolved = [_resolve_run(store, given, path) for given in (args.run_a, args.run_b)]
-    suites = _registry(args).suites
-    a, b = (upgrade_rows(store.results(r).assign(run_id=r), suites, {r: store.environment(r)}) for r in resolved)
-    print(f"comparing {resolved[0]} (before) with {resolved[1]} (after)\n")
-    for note in differences(*(store.settings(r) for r in resolved), *(store.environment(r) for r in resolved)):
-        print(f"zoo: warning: {note}; timings may not be comparable", file=sys.stderr)
-    from .leaderboard import held_back_reason, run_noise
-
-    noise = [run_noise(store, r, suites) for r in resolved]
-    for (run, mine), (other, theirs) in ((resolved[1], noise[1]), (resolved[0], noise[0])), \
-            ((resolved[0], noise[0]), (resolved[1], noise[1])):
-        if why := held_back_reason(mine, theirs, against=f"run {other}'s"):
-            print(f"zoo: warning: run {run} is far noisier than run {other}, {why}: its timing changes are mostly "
-                  "noise", file=sys.stderr)
-    intervals = all((store.settings(r).get("processes") or 1) > 1 for r in resolved)
-    timing_title = ("Timing changes: the two runs' intervals over their processes do not overlap, and the change "
-                    f"exceeds {PRACTICAL_CHANGE:.0%}" if intervals else "Timing changes: a 95% bootstrap interval of "
-                    "the ratio of medians (over both runs' rounds) excludes 1, and the change exceeds "
-                    f"{PRACTICAL_CHANGE_ONE_PROCESS:.0%} (a run timed in one process states no interval over "
-                    "processes)")
-    for title, frame in ((timing_title, timing_changes(a, b, intervals)),
-                         ("Checks that started or stopped failing", status_changes(a, b)),
-                         ("Fitted exponents that moved by more than 0.1", exponent_changes(a, b))):
+    comparison = compare_runs(args.out, args.run_a, args.run_b, _registry(args).suites)
+    for line in comparison.notices:
+        print(line, file=sys.stderr)
+    print(f"comparing {comparison.before} (before) with {comparison.after} (after)\n")
+    for warning in comparison.warnings:
+        print(f"zoo: warning: {warning}", file=sys.stderr)
+    for title, frame in comparison.tables:
         print(f"## {title}\n")
         print(tabulate(frame, headers="keys", tablefmt="github", showindex=False, floatfmt=".3g") if not frame.empty else "(none)")
         print()

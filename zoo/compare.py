@@ -3,6 +3,10 @@ started or stopped failing, and which fitted exponents moved."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -130,3 +134,48 @@ def exponent_changes(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return moved.assign(check=[_measure(c, v) for c, v in zip(moved.check, moved.versus)],
                         note=[NEGATIVE_EXPONENT if min(x, y) < 0 else "" for x, y in zip(moved.before, moved.after)])[
         ["variant", "check", "mode", "phase", "before", "after", "note"]]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What changed between two runs of a board folder (``zoo compare``): the two runs, what the folder's join
+    said (``notices``, lines as a command prints them), what makes their timings hard to compare
+    (``warnings``), and the tables, each a title and its rows."""
+
+    before: str
+    after: str
+    notices: list[str]
+    warnings: list[str]
+    tables: list[tuple[str, pd.DataFrame]]
+
+
+def compare_runs(out: Path | str, before: str, after: str, suites: Mapping | None = None) -> Comparison:
+    """Compare run ``before`` with run ``after`` of the board folder ``out`` (ids or unique prefixes), reading
+    it only: their rows as today's suites read them (``suites``: the registry's, by default), timings judged
+    by the runs' stated intervals (a bootstrap of their rounds where either was timed in one process)."""
+    from .folder import BoardFolder, resolve_run
+    from .leaderboard import held_back_reason, registered_suites, run_noise
+    from .suite import upgrade_rows
+
+    folder = BoardFolder(out)
+    store = folder.for_reading()
+    notices = folder.notices(writing=False)
+    runs = [resolve_run(store, given, folder.database) for given in (before, after)]
+    suites = registered_suites() if suites is None else suites
+    a, b = (upgrade_rows(store.results(r).assign(run_id=r), suites, {r: store.environment(r)}) for r in runs)
+    warnings = [f"{note}; timings may not be comparable"
+                for note in differences(*(store.settings(r) for r in runs), *(store.environment(r) for r in runs))]
+    noise = dict(zip(runs, (run_noise(store, r, suites) for r in runs)))
+    for run, other in ((runs[1], runs[0]), (runs[0], runs[1])):
+        if why := held_back_reason(noise[run], noise[other], against=f"run {other}'s"):
+            warnings.append(f"run {run} is far noisier than run {other}, {why}: its timing changes are mostly noise")
+    intervals = all((store.settings(r).get("processes") or 1) > 1 for r in runs)
+    timing_title = ("Timing changes: the two runs' intervals over their processes do not overlap, and the change "
+                    f"exceeds {PRACTICAL_CHANGE:.0%}" if intervals else "Timing changes: a 95% bootstrap interval of "
+                    "the ratio of medians (over both runs' rounds) excludes 1, and the change exceeds "
+                    f"{PRACTICAL_CHANGE_ONE_PROCESS:.0%} (a run timed in one process states no interval over "
+                    "processes)")
+    tables = [(timing_title, timing_changes(a, b, intervals)),
+              ("Checks that started or stopped failing", status_changes(a, b)),
+              (f"Fitted exponents that moved by more than {EXPONENT_MOVE:g}", exponent_changes(a, b))]
+    return Comparison(runs[0], runs[1], notices, warnings, tables)

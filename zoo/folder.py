@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .contract import ZooError
+from .contract import OptionError, ZooError
 from .export import (DATABASE, EXPORT, ExportError, RunRecords, check_records, export_file_bytes,
                      export_with_digests, parse_export, read_export)
 from .store import SQLITE_HEADER, Store, StoreError, disk_full
@@ -417,3 +417,13 @@ def _write_durably(path: Path, content: bytes) -> None:
         handle.write(content)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def resolve_run(store: Store, given: str, where: Path | str, label: str = "") -> str:
+    """The run of ``store`` whose id is ``given`` or starts with it; one match, else a one-line error listing the
+    runs (``where``: the folder's database, named in it; ``label``: the option it came from, e.g. ``--run: ``)."""
+    runs = list(store.runs().run_id)
+    matches = [r for r in runs if r == given] or [r for r in runs if r.startswith(given)]
+    if len(matches) != 1:
+        raise OptionError(f"{label}run {given!r} matches {len(matches)} runs in {str(where)!r} (runs: {', '.join(runs)})")
+    return matches[0]

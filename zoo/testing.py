@@ -14,12 +14,15 @@ checks the variant's tags rule out are skipped with the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from .checks import ERROR, FAILED, PASSED, SKIPPED, Check, Result
 from .checks import run_check as run_check_rows
 from .contract import Variant
 from .profiles import Profile, get_profile
+
+if TYPE_CHECKING:
+    from .registry import Registry
 
 SUITE = "correctness"
 
@@ -92,6 +95,50 @@ def correctness_checks(registry=None) -> list[Check]:
     from .api import default_registry
 
     return (registry or default_registry()).checks_for(SUITE)
+
+
+def variants_of(target: str, installed: Callable[[], "Registry"] | None = None) -> tuple["Registry", list[str]]:
+    """The variants ``zoo check TARGET`` checks, and the registry that holds them: ``target`` is an installed
+    variant's name (``installed()`` gives the registry it is looked up in: the default one unless given), a
+    module or a ``.py`` file (loaded beside the core suites alone: only its own variants are checked). A target
+    that names none is refused in one line saying what to do (and why its plugins failed to load); the
+    registry's ``failures`` say which plugins did not load."""
+    from pathlib import Path
+
+    from .contract import OptionError
+    from .registry import Registry
+
+    def alone(load) -> tuple[Registry, list[str]]:
+        registry = Registry()
+        registry.load_core()
+        kind = load(registry)
+        return registry, [n for record in registry.plugins.values() if record.origin.kind == kind
+                          for n in record.variants]
+
+    if target.endswith(".py"):
+        if not Path(target).is_file():
+            raise OptionError(f"TARGET: no such file {target!r}")
+        registry, names = alone(lambda r: (r.load_file(target), "file")[1])
+    else:
+        from .api import default_registry
+
+        registry = (installed or default_registry)()
+        names = [target] if target in registry.variants else []
+        if not names:
+            registry, names = alone(lambda r: (r.load_module(target, "module"), "module")[1])
+            if not names and not registry.failures:
+                raise OptionError(f"TARGET {target!r} is neither a variant name nor a module or .py file that "
+                                  "registers one")
+    if not names and "-" in target and not target.endswith(".py"):  # a variant's name (no module has a dash)
+        scaffolded = Path(f"zoo-{target}")
+        install = (f"pip install -e {scaffolded} (what zoo new wrote)" if (scaffolded / "pyproject.toml").is_file()
+                   else "pip install the distribution that provides it")
+        raise OptionError(f"TARGET {target!r} is not an installed variant: {install}, or give its .py file "
+                          "(zoo list shows the installed ones)")
+    if not names:
+        raise OptionError(f"TARGET {target!r} registered no variant"
+                          + "".join(f"; {failure.message()}" for failure in registry.failures))
+    return registry, names
 
 
 def check_variant(variant: Variant | str, profile: str | Profile = "quick", registry=None) -> list[CheckOutcome]:
