@@ -154,3 +154,34 @@ def test_a_new_run_records_that_its_rows_are_typed_so_none_of_them_is_ever_renam
     from zoo.profiles import get_profile
 
     assert fingerprint(get_profile("smoke"), "cpu")["row_form"] == ROW_FORM
+
+
+def test_a_row_of_a_kind_its_suite_does_not_declare_is_an_error_naming_it():
+    """The board reads a suite's rows by their declared kinds (its measures, its checks' names): a check that
+    yields another kind gets an error row saying which, so the row is not stored and shown nowhere."""
+    from zoo import Check, Measure, Result, Suite
+    from zoo.checks import run_check
+
+    from conftest import minimal_variant
+
+    suite = Suite("mine", "a suite", measures=(Measure("gain", "what it measures", "ratio"),))
+    check = Check("probe", "mine", "probes", lambda variant, profile: iter([
+        Result("gain", "measured", value=1.0), Result("gian", "measured", value=2.0), Result("probe", "passed")]))
+    kinds = suite.row_kinds([check])
+    assert kinds == {"gain", "probe"} and Suite("bare", "declares nothing").row_kinds([check]) is None
+    rows = run_check(check, minimal_variant(), None, kinds=kinds)
+    assert [(r.check, r.status) for r in rows] == [("gain", "measured"), ("gian", "measured"), ("probe", "passed"),
+                                                    ("probe", "error")]
+    assert "yielded rows of kind 'gian', which its suite 'mine' does not declare" in rows[-1].detail
+    assert run_check(check, minimal_variant(), None)[-1].status == "passed"  # nothing to hold it to
+
+
+def test_every_row_a_real_run_stores_is_of_a_kind_its_suite_declares(smoke_run):
+    from zoo.api import default_registry
+
+    store, run_id = smoke_run
+    registry = default_registry()
+    rows = store.results(run_id)
+    undeclared = {(suite, check) for suite, check in zip(rows.suite, rows.check)
+                  if check not in registry.suite(suite).row_kinds(registry.checks_for(suite))}
+    assert undeclared == set() and set(rows.suite) >= {"correctness", "complexity", "speed", "inference"}

@@ -6,7 +6,7 @@ import enum
 import traceback
 from dataclasses import asdict, dataclass, field, fields
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping
 
 from .contract import NAME_PATTERN, RegistrationError
 
@@ -138,10 +138,14 @@ def requires(*tag_names: str) -> Callable[["Tags"], str | None]:
     return applies
 
 
-def run_check(check: Check, variant: "Variant", profile: "Profile", memory_limit: int | None = None) -> list[Result]:
+def run_check(check: Check, variant: "Variant", profile: "Profile", memory_limit: int | None = None,
+              kinds: Collection[str] | None = None) -> list[Result]:
     """A check's rows on a variant, as the worker and ``zoo.testing`` both run it: one skipped row when
     its ``applies`` rules the variant out, and an error row for an exception (in ``applies`` too), after
-    the rows it yielded before failing. Never raises for a plugin's fault."""
+    the rows it yielded before failing. ``kinds``: the row kinds its suite declares
+    (:meth:`zoo.Suite.row_kinds`); each other kind it yields adds an error row naming it (the board reads rows by
+    their declared kinds: an undeclared one would be stored and shown nowhere). Never raises for a plugin's
+    fault."""
     rows: list[Result] = []
     try:
         reason = check.applies(variant.tags)
@@ -151,6 +155,10 @@ def run_check(check: Check, variant: "Variant", profile: "Profile", memory_limit
             rows.append(row)
     except Exception as exc:
         rows.append(Result(check.name, ERROR, detail=describe_exception(exc, memory_limit)))
+    undeclared = [] if kinds is None else list(dict.fromkeys(r.check for r in rows if r.check not in kinds))
+    rows += [Result(check.name, ERROR, detail=f"check {check.name!r} yielded rows of kind {kind!r}, which its suite "
+                    f"{check.suite!r} does not declare (declared: {', '.join(sorted(kinds))}): add a zoo.Measure "
+                    "for it to the suite") for kind in undeclared]
     return rows
 
 

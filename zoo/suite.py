@@ -21,6 +21,8 @@ from .contract import NAME_PATTERN, RegistrationError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .checks import Check
+
     from .board import Board
     from .contract import Origin
 
@@ -209,6 +211,13 @@ class Suite:
     def runs_in(self, profile: str) -> bool:
         """Whether the suite runs in ``profile`` when ``--suite`` does not choose."""
         return self.profiles is None or profile in self.profiles
+
+    def row_kinds(self, checks: Iterable["Check"]) -> frozenset[str] | None:
+        """The kinds of row this suite's ``checks`` may yield: its measures and each check's own name (its
+        verdict or its error); None for a suite that declares no measures (nothing to hold its rows to)."""
+        if not self.measures:
+            return None
+        return frozenset(m.name for m in self.measures) | {c.name for c in checks if c.suite == self.name}
 
     def blocks(self, status: str) -> bool:
         """Whether a row of this status keeps its variant out of the ranking."""

@@ -80,9 +80,9 @@ def _resolve(variant: Variant | str, registry=None) -> Variant:
     return (registry or default_registry()).variant(variant)
 
 
-def run_check(check: Check, variant: Variant, profile: Profile) -> CheckOutcome:
-    """One check on one variant, as an outcome."""
-    rows = run_check_rows(check, variant, profile)
+def run_check(check: Check, variant: Variant, profile: Profile, kinds=None) -> CheckOutcome:
+    """One check on one variant, as an outcome (``kinds``: the row kinds its suite declares, as a run holds it to)."""
+    rows = run_check_rows(check, variant, profile, kinds=kinds)
     statuses = {r.status for r in rows}
     if statuses <= {SKIPPED}:  # ruled out by the tags, or e.g. no baselines declared: nothing was checked
         return CheckOutcome(check.name, SKIPPED, rows, reason="; ".join(sorted({r.detail for r in rows})))
@@ -95,6 +95,14 @@ def correctness_checks(registry=None) -> list[Check]:
     from .api import default_registry
 
     return (registry or default_registry()).checks_for(SUITE)
+
+
+def _correctness_kinds(registry=None):
+    """The row kinds the correctness suite declares (a run holds its checks' rows to them)."""
+    from .api import default_registry
+
+    registry = registry or default_registry()
+    return registry.suite(SUITE).row_kinds(registry.checks_for(SUITE))
 
 
 def variants_of(target: str, installed: Callable[[], "Registry"] | None = None) -> tuple["Registry", list[str]]:
@@ -145,19 +153,20 @@ def check_variant(variant: Variant | str, profile: str | Profile = "quick", regi
     """Run every correctness check on one variant (a name or a :class:`zoo.Variant`)."""
     profile = get_profile(profile, registry.suites if registry else None) if isinstance(profile, str) else profile
     resolved = _resolve(variant, registry)
-    return [run_check(check, resolved, profile) for check in correctness_checks(registry)]
+    kinds = _correctness_kinds(registry)
+    return [run_check(check, resolved, profile, kinds) for check in correctness_checks(registry)]
 
 
 class _BoundCheck:
     """What a parametrized test receives as ``check``: call it with the variant."""
 
-    def __init__(self, check: Check, profile: Profile) -> None:
-        self.check, self.profile = check, profile
+    def __init__(self, check: Check, profile: Profile, kinds=None) -> None:
+        self.check, self.profile, self.kinds = check, profile, kinds
 
     def __call__(self, variant: Variant) -> CheckOutcome:
         import pytest
 
-        outcome = run_check(self.check, variant, self.profile)
+        outcome = run_check(self.check, variant, self.profile, self.kinds)
         if outcome.status == SKIPPED:
             pytest.skip(outcome.reason)
         if outcome.status != PASSED:
@@ -184,11 +193,12 @@ def parametrize_with_checks(variants: Iterable[Variant | str], expected_failures
     if unknown:
         raise ValueError(f"expected_failures names unknown checks {unknown}; known: {[c.name for c in checks]}")
     chosen = get_profile(profile, registry.suites if registry else None) if isinstance(profile, str) else profile
+    kinds = _correctness_kinds(registry)
     params = []
     for variant in resolved:
         for check in checks:
             marks = ()
             if check.name in expected_failures:
                 marks = (pytest.mark.xfail(reason=expected_failures[check.name], strict=True),)
-            params.append(pytest.param(variant, _BoundCheck(check, chosen), id=f"{variant.name}-{check.name}", marks=marks))
+            params.append(pytest.param(variant, _BoundCheck(check, chosen, kinds), id=f"{variant.name}-{check.name}", marks=marks))
     return pytest.mark.parametrize("variant, check", params)

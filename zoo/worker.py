@@ -39,11 +39,13 @@ def run_jobs(spec: dict, out: IO[str]) -> None:
             raise UnknownVariantError(f"variant {job['variant']!r} did not load in the worker ({failures})")
         variant = registry.variant(job["variant"]).with_defaults(profile.variant_options)
         process = job.get("process", 0)  # a further process repeats only the checks whose rows it combines
-        for check in registry.checks_for(job["suite"]):
+        checks = registry.checks_for(job["suite"])
+        kinds = registry.suite(job["suite"]).row_kinds(checks)
+        for check in checks:
             if process and check.combine is None:
                 continue
             started = time.perf_counter()
-            rows = run_check(check, variant, profile, spec.get("memory_limit_bytes"))
+            rows = run_check(check, variant, profile, spec.get("memory_limit_bytes"), kinds)
             emit({"type": "check", "variant": variant.name, "suite": job["suite"], "process": process,
                   "check": check.name, "seconds": time.perf_counter() - started, "rows": [r.as_dict() for r in rows]})
         emit({"type": "job", "variant": variant.name, "suite": job["suite"], "process": process, "ran_on": ran_on})
