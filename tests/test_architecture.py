@@ -9,7 +9,9 @@ from zoo.registry import load_registry
 ROOT = Path(__file__).resolve().parent.parent
 SUITE_BLIND = ["zoo/leaderboard.py", "zoo/board.py", "zoo/ranking.py", "zoo/webpage.py", "zoo/cli.py", "zoo/plots.py",
                "zoo/harness.py", "zoo/runner.py", "zoo/registry.py", "zoo/compare.py", "zoo/profiles.py"]
-"""The board writer, the page, the gate, the CLI and the harness: they read what suites declare."""
+"""The board writer, the page, the gate, the CLI and the harness: they read what suites declare. (zoo/testing.py is
+the correctness suite's API for plugin authors, ``zoo check`` and ``parametrize_with_checks``: it names that suite
+by design.)"""
 FAMILIES = re.compile(r"^x-|-(plan|exponent|time|first-call|agreement|flops|memory)$")
 """Names built from a callable's: what a module that read rows by name would spell out."""
 
@@ -21,17 +23,46 @@ def _names() -> set[str]:
             | {m.name for suite in core.values() for m in suite.measures})
 
 
+def _spelled(source: str, names: set[str], suites: set[str]) -> list[tuple[int, str]]:
+    """Where ``source`` spells one of ``names`` as code would: a whole string (an f-string's parts too), a hyphenated
+    name anywhere inside one (a query such as 'check == "time-ratio"'), or a suite's name as an option or a
+    comparison would spell it (``--suite speed``, ``suite == 'speed'``, ``speed.repeats=``); English words in
+    prose ("whatever its speed") and docstrings are not code."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    suite = "|".join(map(re.escape, sorted(suites)))
+    as_code = re.compile(rf"--suite[ =]({suite})\b|==\s*['\"]({suite})['\"]|\b({suite})\.[a-z_]+=")
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docstrings:
+            continue
+        word = node.value.strip()
+        tokens = re.findall(r"[a-z0-9][a-z0-9-]*[a-z0-9]", node.value)
+        if (word in names or (" " not in word and FAMILIES.search(word))
+                or any("-" in token and token in names for token in tokens) or as_code.search(node.value)):
+            found.append((node.lineno, node.value))
+    return found
+
+
 def test_no_suite_blind_module_spells_a_built_in_suites_or_checks_name():
     names = _names() - {"allocator"}  # also a run's environment entry (compare.py reads that one)
-    assert {"correctness", "speed", "time", "flops-exponent"} <= names  # what would be spelled
-    found = []
-    for module in SUITE_BLIND:
-        for node in ast.walk(ast.parse((ROOT / module).read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                word = node.value.strip()
-                if word in names or (" " not in word and FAMILIES.search(word)):
-                    found.append(f"{module}:{node.lineno}: {node.value!r}")
+    suites = {name for name, suite in load_registry(builtins=False, entry_points=False).suites.items()
+              if suite.origin.kind == "core"}
+    assert {"correctness", "speed", "time", "flops-exponent"} <= names and "speed" in suites  # what would be spelled
+    found = [f"{module}:{line}: {text!r}" for module in SUITE_BLIND
+             for line, text in _spelled((ROOT / module).read_text(), names, suites)]
     assert found == []
+    spelled = _spelled('''
+"""A docstring may say correctness or time-ratio."""
+a = f"--suite correctness {x}"
+b = rows.query(\'check == "time-ratio"\')
+c = "x-torch-sdpa"
+d = "whatever its speed, the time it takes"
+e = f"--set speed.repeats={n}"
+''', names, suites)
+    assert sorted(line for line, _ in spelled) == [3, 4, 5, 7]  # the mutants this test exists to catch, not the prose
 
 
 def test_each_suite_owns_its_settings_nested_in_the_profile_and_an_unknown_one_is_refused_by_name():

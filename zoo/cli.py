@@ -440,8 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
                              help="the lengths setting (the sequence lengths measured) of every suite that has one")
     run_options.add_argument("--repeats", type=_positive(int), help="the repeats setting of every suite that has one")
     run_options.add_argument("--set", action="append", metavar="SUITE.KEY=VALUE",
-                             help="one setting of one suite, e.g. speed.round_seconds=0.1 (repeatable; zoo suites "
-                                  "lists them)")
+                             help="one setting of one suite (repeatable; zoo suites lists every suite's settings "
+                                  "and their values in a profile)")
     run_options.add_argument("--option", action="append", metavar="KEY=VALUE",
                              help="a variant option for this run, e.g. window=64 (repeatable)")
     run_options.add_argument("--timeout", type=_positive(float),
