@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import good_plugin, run_zoo, zoo_here
-from zoo.leaderboard import render
+from zoo.leaderboard import registered_suites, render
 from zoo.ranking import gate
 from zoo.store import Store
 
@@ -532,3 +532,67 @@ def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_
     monkeypatch.setattr(leaderboard, "board_group", lambda store, run: "quick")
     shown, held = leaderboard.board_run(store, {})
     assert shown == "one" and list(held) == ["busy"] and "over 20 cells" in held["busy"]
+
+
+def _copy_with(store, run_id, target_dir, extra: dict[tuple[str, str], list[dict]]):
+    """A copy of a stored run with ``extra`` rows added to (variant, suite) jobs (a new job where none was)."""
+    target = Store(target_dir / "results.sqlite")
+    copy = target.start_run(store.settings(run_id), store.environment(run_id), "2026-01-01 00:00:00")
+    rows, jobs = store.results(run_id), store.jobs(run_id)
+    for job in jobs.itertuples():
+        mine = rows[(rows.variant == job.variant) & (rows.suite == job.suite)]
+        records = [{k: (None if pd.isna(v) else v) if not isinstance(v, (list, dict)) else v for k, v in r.items()}
+                   for r in mine.drop(columns=["variant", "suite"]).to_dict("records")]
+        target.record_job(copy, job.variant, job.suite, job.status, job.seconds, job.provenance,
+                          records + extra.pop((job.variant, job.suite), []))
+    for (variant, suite), records in extra.items():  # with the provenance (its card) of the variant's other jobs
+        provenance = jobs[jobs.variant == variant].provenance.iloc[0]
+        target.record_job(copy, variant, suite, "done", 1.0, provenance, records)
+    return target, copy
+
+
+def test_a_wrong_flop_formula_is_shown_beside_the_rank_and_does_not_block_it(smoke_run, tmp_path):
+    """The decision the board states: a FLOP formula that disagrees with the counted FLOPs is a claim violated (the
+    outputs are not wrong), shown in the ranked row, not a reason to leave the variant out."""
+    store, run_id = smoke_run
+    wrong = {"check": "flops-formula", "status": "failed", "setting": "full fwd n=64", "n": 64, "mode": "full",
+             "phase": "fwd", "detail": "the formula gives 3.0e6 FLOPs, 4.0e6 counted"}
+    target, copy = _copy_with(store, run_id, tmp_path, {("dot-product", "complexity"): [wrong]})
+    readme = render(target, copy, tmp_path / "board")[0].read_text()
+    cores = readme.split("### Attention cores", 1)[1].split("###", 1)[0]
+    row = next(line for line in cores.splitlines() if line.startswith("| ") and "dot-product" in line)
+    assert "VIOLATED: the formula gives 3.0e6 FLOPs, 4.0e6 counted" in row
+    assert gate(target.results(copy), registered_suites())["dot-product"].ranked
+
+
+def test_the_accuracy_plot_puts_each_kind_on_the_axis_its_ranked_table_uses(smoke_run, tmp_path, monkeypatch):
+    """Cores against torch SDPA, layers against nn.MultiheadAttention: one panel each, each point at its variant's
+    ranking figure, as in the rank tables beneath."""
+    from matplotlib.collections import PathCollection
+
+    import zoo.plots as plots_
+
+    store, run_id = smoke_run
+    scores = {"dot-product": 0.9, "linear": 0.6, "multi-head": 0.8}
+    extra = {(v, "quality"): [{"check": "accuracy", "status": "measured", "setting": "t", "value": a,
+                               "params": {"task": "t"}}] for v, a in scores.items()}
+    target, copy = _copy_with(store, run_id, tmp_path, extra)
+    drawn = {}
+    real_save = plots_.save
+    monkeypatch.setattr(plots_, "save", lambda plt, fig, name: drawn.setdefault(name, [
+        (ax.get_title(), ax.get_xlabel(), sorted((round(float(x), 6), round(float(y), 6)) for c in ax.collections
+                                                 if isinstance(c, PathCollection) for x, y in c.get_offsets()))
+        for ax in fig.axes]) and real_save(plt, fig, name))
+    readme = render(target, copy, tmp_path / "board")[0].read_text()
+    panels = drawn["accuracy-vs-speed.png"]
+    assert [title for title, _, _ in panels] == ["Attention cores (no parameters)", "Attention layers (with projections)"]
+    (_, cores_label, cores), (_, layers_label, layers) = panels
+    assert "torch SDPA" in cores_label and "nn.MultiheadAttention" in layers_label
+    for heading, points, names in (("### Attention cores", cores, ("dot-product", "linear")),
+                                   ("### Attention layers", layers, ("multi-head",))):
+        ranked = readme.split(heading, 1)[1].split("###", 1)[0]
+        assert {y for _, y in points} == {scores[name] for name in names}  # each kind on its own panel
+        for name in names:  # the point sits at the ratio its ranked table shows, to 3 significant digits
+            row = next(line for line in ranked.splitlines() if line.startswith("| ") and f" {name} " in line)
+            x = next(x for x, y in points if y == scores[name])
+            assert f"{x:.3g}x" in row, (name, x, row)
