@@ -161,8 +161,9 @@ def test_an_agreement_holds_only_if_nothing_was_written_since_it_was_decided(tmp
     assert store.agreed_export() is None
 
 def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
-    """On a copy of the real committed board: leaderboard and compare change nothing; a smoke run, a run of one
-    variant and a merge keep every run the export had, line for line."""
+    """On a copy of the real committed board: leaderboard and compare change nothing, nor does an import refused
+    for a duplicated line (what a bad git merge leaves); a smoke run of one variant's correctness (the command that
+    once cut the export to its own run) and a merge keep every run the export had, line for line."""
     copy = tmp_path / "leaderboard"
     shutil.copytree(REPO / "leaderboard", copy, ignore=shutil.ignore_patterns("*.sqlite*", ".zoo-cache"))
     before, kept = snapshot(copy), exported_runs(copy)
@@ -170,6 +171,15 @@ def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
     assert zoo_here(capsys, "leaderboard", "--out", copy)[0] == 0
     assert zoo_here(capsys, "compare", runs[0], runs[-1], "--out", copy)[0] == 0
     assert snapshot(copy) == before  # byte-identical board and export, and no database made
+    export = (copy / "runs.jsonl").read_bytes()
+    lines = export.splitlines(keepends=True)
+    (copy / "runs.jsonl").write_bytes(b"".join(lines[:1001] + lines[1000:]))
+    duplicated = snapshot(copy)
+    status, said = zoo_here(capsys, "leaderboard", "--out", copy)
+    assert status == 2 and len(said) == 1 and said[0].startswith(f"zoo: error: {copy / 'runs.jsonl'}:1002: ")
+    assert said[0].endswith(f"appears twice (also at {copy / 'runs.jsonl'}:1001)")
+    assert snapshot(copy) == duplicated  # refused before anything was written: no database, no board
+    (copy / "runs.jsonl").write_bytes(export)
 
     done = run_zoo("run", "dot-product", "--profile", "smoke", "--suite", "correctness", "--out", copy)
     assert done.returncode == 0, done.stderr
@@ -948,3 +958,43 @@ def test_a_run_stored_before_settings_were_nested_shares_a_board_with_a_new_run_
     more_rounds = resolve(PROFILES["full"].with_overrides(processes=1), suites, {**lengths, "speed": {"repeats": 4}})
     other = fabricate(store, "2026-01-03 00:00:00", settings=more_rounds.as_dict())
     assert board_group(store, old) == board_group(store, new) != board_group(store, other)
+
+
+def _lock_taken_elsewhere(folder: Path) -> bool:
+    """Whether another open file of the folder's lock holds it now (flock: another description blocks)."""
+    import fcntl
+
+    with open(folder / ".zoo-cache" / "lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_reader_takes_the_export_and_the_database_under_the_lock_a_publication_holds(tmp_path, monkeypatch):
+    """Read apart, a run published between the two (a resumed run's new rows) made the export and the database
+    disagree about it: a false conflict, exit 2, for a command that only reads. Read under the folder's lock,
+    they are one publication's. So is a sub-board's plot, read for the parent board's page: a publication there
+    removing it between listing and reading failed the parent's render."""
+    import zoo.folder
+
+    folder = tmp_path / "board"
+    folder.mkdir()
+    _two_boards(folder)
+    held = []
+    reading = zoo.folder.export_file_bytes
+    monkeypatch.setattr(zoo.folder, "export_file_bytes", lambda path: held.append(_lock_taken_elsewhere(folder))
+                        or reading(path))
+    copying = Store.copy_to_memory
+    monkeypatch.setattr(Store, "copy_to_memory", lambda store: held.append(_lock_taken_elsewhere(folder))
+                        or copying(store))
+    BoardFolder(folder).for_reading()
+    assert held == [True, True]
+    held.clear()
+    reading_png = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda path: (held.append(_lock_taken_elsewhere(folder))
+                                                          if path.suffix == ".png" else None) or reading_png(path))
+    plots = BoardFolder(folder).published("*.png")
+    assert plots and set(plots) == {p.name for p in folder.glob("*.png")} and held == [True] * len(plots)

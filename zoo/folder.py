@@ -98,16 +98,38 @@ class BoardFolder:
         if not self.exists():
             raise FolderError(f"--out: no results database at {str(self.database)!r} nor its export {EXPORT}; "
                               "run `zoo run-all` first")
+        def read() -> tuple[bytes | None, Store]:
+            return self._export_bytes(), (Store(self.database, readonly=True).copy_to_memory()
+                                          if self.database.exists() else
+                                          Store.in_memory(f"{self.export} (read into memory)"))
+
         if self._writable():
-            with self._locked():  # finish an interrupted publication, so what is read is one of them
-                pass
-        data = self._export_bytes()
-        store = Store(self.database, readonly=True).copy_to_memory() if self.database.exists() else \
-            Store.in_memory(f"{self.export} (read into memory)")
+            with self._locked():  # an interrupted publication finished first, and the two read as one state:
+                data, store = read()  # a run published between them would read as a conflict
+        else:
+            data, store = read()
         sha = _sha256(data)
         if not self._agreed(store, sha):
             self._join(store, self._parse(data), sha)
         return store
+
+    def published(self, pattern: str) -> dict[str, bytes]:
+        """The board's files now published here whose names match ``pattern`` (name -> bytes), read as one
+        publication: under the folder's lock where it can be taken, so a publication in progress is never read
+        half-way (a file it removes, gone between listing and reading)."""
+        def read() -> dict[str, bytes]:
+            found = {}
+            for path in sorted(self.path.glob(pattern)):
+                try:
+                    found[path.name] = path.read_bytes()
+                except FileNotFoundError:  # removed since listed: only where there is no lock to wait for
+                    continue
+            return found
+
+        if self._writable():
+            with self._locked():
+                return read()
+        return read()
 
     def _export_bytes(self) -> bytes | None:
         """The export's bytes (None: there is none); one that is a link or cannot be read is refused."""

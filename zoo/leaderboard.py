@@ -135,9 +135,9 @@ def _sub_board_plots(out_dir: Path) -> list[tuple[bytes, str]]:
     """The plots of boards published in subfolders (the long-sequence board), shown on this board's page."""
     figures = []
     for folder in sorted(p for p in out_dir.iterdir() if p.is_dir() and (p / EXPORT).is_file()) if out_dir.is_dir() else []:
-        for plot in sorted(folder.glob("*.png")):
-            figures.append((plot.read_bytes(), f"{plot.stem} (from {folder.name}/, a board of its own run: "
-                                               f"{folder.name}/index.html)"))
+        for name, png in BoardFolder(folder).published("*.png").items():
+            figures.append((png, f"{name.removesuffix('.png')} (from {folder.name}/, a board of its own run: "
+                                 f"{folder.name}/index.html)"))
     return figures
 
 
