@@ -54,59 +54,55 @@ def _browser():
     pytest.skip("no Chromium on this machine (.ci/run installs Debian's chromium package)")
 
 
-def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path):
-    executable = _browser()
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extras")
+def test_the_page_sorts_filters_and_opens_a_variant_in_a_real_browser(page_path, browser):
     errors = []
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto(page_path.as_uri())
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(page_path.as_uri())
 
-        def visible(table):
-            return page.eval_on_selector_all(f"#table-{table} tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.variant)")
+    def visible(table):
+        return page.eval_on_selector_all(f"#table-{table} tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.variant)")
 
-        cores, layers = visible("core"), visible("layer")
-        assert sorted(cores) == ["dot-product", "linear"] and layers == ["multi-head"]
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "leaderboard.png"))  # for a person to look at
+    cores, layers = visible("core"), visible("layer")
+    assert sorted(cores) == ["dot-product", "linear"] and layers == ["multi-head"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "leaderboard.png"))  # for a person to look at
 
-        page.click("#table-core th button[data-column='variant']")  # sort by name, then the other way
-        assert visible("core") == ["dot-product", "linear"]
-        page.click("#table-core th button[data-column='variant']")
-        assert visible("core") == ["linear", "dot-product"]
+    page.click("#table-core th button[data-column='variant']")  # sort by name, then the other way
+    assert visible("core") == ["dot-product", "linear"]
+    page.click("#table-core th button[data-column='variant']")
+    assert visible("core") == ["linear", "dot-product"]
 
-        page.select_option("#family-filter", "linear")
-        assert visible("core") == ["linear"] and visible("layer") == []
-        assert page.inner_text("#visible-count") == "1 ranked variant(s) shown"
-        page.select_option("#family-filter", "")
-        page.select_option("#approximation-filter", "exact")
-        assert visible("core") == ["dot-product"] and visible("layer") == ["multi-head"]
+    page.select_option("#family-filter", "linear")
+    assert visible("core") == ["linear"] and visible("layer") == []
+    assert page.inner_text("#visible-count") == "1 ranked variant(s) shown"
+    page.select_option("#family-filter", "")
+    page.select_option("#approximation-filter", "exact")
+    assert visible("core") == ["dot-product"] and visible("layer") == ["multi-head"]
 
-        headings = page.eval_on_selector_all("#sections h2", "hs => hs.map(h => h.textContent)")
-        assert headings[:3] == ["Correctness", "Complexity", "Speed"]  # every suite's section, as README.md has it
-        assert page.eval_on_selector_all("#sections table", "ts => ts.length") >= 4
+    headings = page.eval_on_selector_all("#sections h2", "hs => hs.map(h => h.textContent)")
+    assert headings[:3] == ["Correctness", "Complexity", "Speed"]  # every suite's section, as README.md has it
+    assert page.eval_on_selector_all("#sections table", "ts => ts.length") >= 4
 
-        page.click("#table-layer a.variant-link")
-        assert page.inner_text("#variant-title") == "multi-head"
-        panel = page.inner_text("#variant-panel")
-        assert "Vaswani" in panel and "gradcheck" in panel and "passed" in panel
-        assert "Claims and measurements" in panel and "FLOP exponent (full fwd)" in panel  # the complexity suite's
-        assert "Departures from the paper" in panel and "nn.MultiheadAttention's layout" in panel  # the plugin's own
-        assert re.search(r"Standing\s+ranked\s", panel) and re.search(r"Options\s+none\s", panel)  # it has no options
-        times = page.eval_on_selector_all("#variant-panel h3", "hs => hs.map(h => h.textContent)")
-        assert "Times per length" in times and "x nn.MultiheadAttention" in panel  # every timed cell, with its ratio
-        assert "Quality (this run)" in times and re.search(r"long-range-copy\s+0\.\d+ ± 0\.\d+\s+0\.062", panel)
-        page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
-        page.evaluate("() => { location.hash = '#variant-linear'; }")
-        page.wait_for_function("() => document.getElementById('variant-title')?.textContent === 'linear'")
-        assert re.search(r"Options\s+option\s+value\s+chunk\s+\d+", page.inner_text("#variant-panel"))
-        for typed in ("#variant-constructor", "#variant-%E0%A4%A", "#variant-no-such-variant"):  # a reader's typing
-            page.evaluate("hash => { location.hash = hash; }", typed)
-            page.wait_for_function("() => document.getElementById('variant-panel').hidden === true")
-        browser.close()
+    page.click("#table-layer a.variant-link")
+    assert page.inner_text("#variant-title") == "multi-head"
+    panel = page.inner_text("#variant-panel")
+    assert "Vaswani" in panel and "gradcheck" in panel and "passed" in panel
+    assert "Claims and measurements" in panel and "FLOP exponent (full fwd)" in panel  # the complexity suite's
+    assert "Departures from the paper" in panel and "nn.MultiheadAttention's layout" in panel  # the plugin's own
+    assert re.search(r"Standing\s+ranked\s", panel) and re.search(r"Options\s+none\s", panel)  # it has no options
+    times = page.eval_on_selector_all("#variant-panel h3", "hs => hs.map(h => h.textContent)")
+    assert "Times per length" in times and "x nn.MultiheadAttention" in panel  # every timed cell, with its ratio
+    assert "Quality (this run)" in times and re.search(r"long-range-copy\s+0\.\d+ ± 0\.\d+\s+0\.062", panel)
+    page.screenshot(path=str(SCREENSHOTS / "variant-page.png"))
+    page.evaluate("() => { location.hash = '#variant-linear'; }")
+    page.wait_for_function("() => document.getElementById('variant-title')?.textContent === 'linear'")
+    assert re.search(r"Options\s+option\s+value\s+chunk\s+\d+", page.inner_text("#variant-panel"))
+    for typed in ("#variant-constructor", "#variant-%E0%A4%A", "#variant-no-such-variant"):  # a reader's typing
+        page.evaluate("hash => { location.hash = hash; }", typed)
+        page.wait_for_function("() => document.getElementById('variant-panel').hidden === true")
+    page.close()
     assert errors == []
 
 
@@ -160,30 +156,43 @@ def plugin_text_board(path: Path, text: dict[str, str]) -> tuple[Store, str, dic
     return store, run, pages
 
 
-def test_plugin_text_that_opens_comments_and_scripts_leaves_every_row_and_variant_page_working(tmp_path):
+def _every_row_and_variant_page_works(browser, index: Path, pages: dict) -> None:
+    """In the browser: the two ranked rows are listed and counted, and each variant's page (from its ranked
+    row's link, or from the list of unranked ones) shows its summary, check setting and detail verbatim."""
+    errors = []
+    page = browser.new_page()
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(index.as_uri())
+    ranked = page.eval_on_selector_all("table[id^=table-] tbody tr", "rows => rows.map(r => r.dataset.variant)")
+    assert sorted(ranked) == ["plain", "projected"]
+    assert page.inner_text("#visible-count") == "2 ranked variant(s) shown"
+    for variant, shown in pages.items():
+        page.locator(f"a[href='#variant-{variant}']").first.click()  # the panel follows on hashchange: wait for it
+        page.wait_for_function("name => document.getElementById('variant-title')?.textContent === name", arg=variant)
+        assert page.text_content("#variant-panel p") == shown["summary"]  # the first paragraph, verbatim
+        checks = page.eval_on_selector_all("#variant-panel td", "cells => cells.map(c => c.textContent)")
+        assert shown["setting"] in checks and shown["detail"] in checks
+    page.close()
+    assert errors == []
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the module's page tests (launching it is the slow part)."""
     executable = _browser()
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extras")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def test_plugin_text_that_opens_comments_and_scripts_leaves_every_row_and_variant_page_working(tmp_path, browser):
     store, run, pages = plugin_text_board(tmp_path / "results.sqlite",
                                           {field: f"{field} {NASTY}" for field in PLUGIN_TEXT_FIELDS})
     render(store, run, tmp_path / "board")
-    errors = []
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        page = browser.new_page()
-        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.goto((tmp_path / "board" / "index.html").as_uri())
-        ranked = page.eval_on_selector_all("table[id^=table-] tbody tr", "rows => rows.map(r => r.dataset.variant)")
-        assert sorted(ranked) == ["plain", "projected"]
-        assert page.inner_text("#visible-count") == "2 ranked variant(s) shown"
-        for variant, shown in pages.items():  # from its ranked row's link, or from the list of unranked ones
-            page.locator(f"a[href='#variant-{variant}']").first.click()  # the panel follows on hashchange: wait for it
-            page.wait_for_function("name => document.getElementById('variant-title')?.textContent === name", arg=variant)
-            assert page.text_content("#variant-panel p") == shown["summary"]  # the first paragraph, verbatim
-            checks = page.eval_on_selector_all("#variant-panel td", "cells => cells.map(c => c.textContent)")
-            assert shown["setting"] in checks and shown["detail"] in checks
-        browser.close()
-    assert errors == []
+    _every_row_and_variant_page_works(browser, tmp_path / "board" / "index.html", pages)
 
 
 FRAGMENTS = ("<!--", "<script>", "</script>", "</SCRIPT ", "-->", "<", ">", "&", "&amp;", '"', "'", "`", "|", "%",
@@ -202,6 +211,16 @@ json_values = st.recursive(
 
 PAGE_SETTINGS = settings(derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 """The same examples on every run and no time limit per example: a busy 2-core CI machine passes it too."""
+
+
+@settings(PAGE_SETTINGS, max_examples=6)
+@given(text=st.fixed_dictionaries({field: plugin_texts for field in PLUGIN_TEXT_FIELDS}))
+def test_generated_plugin_text_leaves_every_row_and_variant_page_working_in_a_real_browser(browser, text):
+    """The same as with NASTY, for texts drawn as the parser-level test draws them, read by Chromium itself."""
+    with tempfile.TemporaryDirectory() as folder:
+        store, run, pages = plugin_text_board(Path(folder) / "results.sqlite", text)
+        render(store, run, Path(folder) / "board")
+        _every_row_and_variant_page_works(browser, Path(folder) / "board" / "index.html", pages)
 
 
 class Element(NamedTuple):
