@@ -218,7 +218,7 @@ def test_a_run_without_quality_shows_the_latest_trained_accuracy_labelled_with_i
     checked = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path).attrs["run_id"]
     assert checked != trained
     readme = _leaderboard(tmp_path)
-    assert f"quality: mean accuracy (run {trained})" in _ranked_tables(readme)
+    assert f"quality: mean accuracy ± std over seeds (run {trained})" in _ranked_tables(readme)
     assert f"From run {trained} (this run did not train them" in readme
     assert "### Associative recall versus number of pairs" in readme and (tmp_path / "recall-vs-pairs.png").exists()
     page = (tmp_path / "index.html").read_text()

@@ -187,3 +187,19 @@ def test_a_state_dial_trains_the_hardest_recall_task_at_each_value_and_the_board
     store.record_job(run_id, "based", "quality", "done", 1.0, {"card": variant.card()}, [r.as_dict() for r in rows])
     leaderboard.render(store, run_id, tmp_path)
     assert (tmp_path / "recall-vs-state.png").stat().st_size > 0
+
+
+def test_the_ranked_column_gives_the_mean_accuracys_spread_over_seeds():
+    """Each seed's mean over the tasks, then their standard deviation: the ± beside the ranked mean (a seed that
+    skipped a task is left out of it; one seed gives none)."""
+    import pandas as pd
+
+    from zoo.suites.quality import seed_spread
+
+    def rows(values):
+        return pd.DataFrame([{"check": "accuracy-seed", "value": v, "params": {"task": t, "seed": s}}
+                             for (t, s), v in values.items()])
+
+    two = rows({("a", 0): 0.9, ("b", 0): 0.7, ("a", 1): 0.8, ("b", 1): 0.6, ("a", 2): 0.5})
+    assert seed_spread(two) == pytest.approx(pd.Series([0.8, 0.7]).std())  # seed 2 trained only task a
+    assert seed_spread(rows({("a", 0): 0.9, ("b", 0): 0.7})) is None

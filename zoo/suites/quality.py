@@ -274,13 +274,27 @@ def columns(board, variant) -> dict:
     earlier = len(set(runs) - {board.run_id})
     named = source if earlier <= 1 else (("this run and " if board.run_id in runs else "")
                                          + f"{earlier} earlier runs, named in the Quality section")
-    header = "quality: mean accuracy" + (f" ({named})" if earlier else "")
-    scores = board.rows(SUITE, variant)
-    scores = scores[scores.check == "accuracy"].dropna(subset=["value"])
+    header = "quality: mean accuracy ± std over seeds" + (f" ({named})" if earlier else "")
+    mine = board.rows(SUITE, variant)
+    scores = mine[mine.check == "accuracy"].dropna(subset=["value"])
     card = board.card(variant)
     trained = f" (trained with {options_text(card)})" if card.get("quality_options") else ""
-    return {header: f"{scores.value.mean():.3f}{trained}" if not scores.empty else
+    spread = seed_spread(mine)
+    return {header: f"{scores.value.mean():.3f}" + ("" if spread is None else f" ± {spread:.1g}") + trained
+            if not scores.empty else
             "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")}
+
+
+def seed_spread(rows) -> float | None:
+    """How far the mean accuracy over the tasks moves with the seed: the standard deviation, over the seeds that
+    trained every task, of each seed's mean over the tasks (None: fewer than two such seeds)."""
+    seeds = rows[rows.check == "accuracy-seed"].dropna(subset=["value"])
+    if seeds.empty:
+        return None
+    keyed = pd.DataFrame({"task": tasks_of(seeds), "seed": seeds.params.map(
+        lambda params: params.get("seed") if isinstance(params, dict) else None), "value": seeds.value}).dropna()
+    table = keyed.pivot_table(index="seed", columns="task", values="value", aggfunc="last").dropna()
+    return float(table.mean(axis=1).std(ddof=1)) if len(table) > 1 else None
 
 
 def details(board, variant) -> list:
