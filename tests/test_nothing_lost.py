@@ -998,3 +998,7 @@ def test_a_reader_takes_the_export_and_the_database_under_the_lock_a_publication
                                                           if path.suffix == ".png" else None) or reading_png(path))
     plots = BoardFolder(folder).published("*.png")
     assert plots and set(plots) == {p.name for p in folder.glob("*.png")} and held == [True] * len(plots)
+    held.clear()  # the page of a board whose subfolder is this one
+    from zoo.leaderboard import _sub_board_plots
+
+    assert len(_sub_board_plots(tmp_path)) == len(plots) and held == [True] * len(plots)

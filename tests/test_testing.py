@@ -76,5 +76,11 @@ def test_variants_of_finds_what_zoo_check_checks_and_refuses_a_target_that_names
         variants_of(str(tmp_path / "absent.py"))
     broken = tmp_path / "broken.py"
     broken.write_text("raise RuntimeError('half-written plugin')\n")
-    with pytest.raises(OptionError, match="registered no variant; .*half-written plugin"):
-        variants_of(str(broken))
+    heard = []
+    with pytest.raises(OptionError, match="registered no variant"):
+        variants_of(str(broken), warn=heard.append)
+    assert len(heard) == 1 and "half-written plugin" in heard[0].message()
+    heard.clear()  # an installed plugin that failed is heard of too, though the target then falls back to a module
+    with pytest.raises(OptionError, match="is not an installed variant"):
+        variants_of("broken-thing", installed=lambda: load_registry([str(tmp_path)]), warn=heard.append)
+    assert any("half-written plugin" in failure.message() for failure in heard)

@@ -12,6 +12,7 @@ import pytest
 
 import torch
 
+import zoo
 from zoo.board import Board
 from zoo.checks import Result
 from zoo.export import EXPORT, ExportError, check_records, export_bytes, read_export
@@ -158,15 +159,21 @@ def test_a_new_run_records_that_its_rows_are_typed_so_none_of_them_is_ever_renam
 
 def test_a_row_of_a_kind_its_suite_does_not_declare_is_an_error_naming_it():
     """The board reads a suite's rows by their declared kinds (its measures, its checks' names): a check that
-    yields another kind gets an error row saying which, so the row is not stored and shown nowhere."""
+    yields another kind, in a process or combined over the run's processes, gets an error row saying which (the
+    row is kept, but no section would ever show it)."""
     from zoo import Check, Measure, Result, Suite
     from zoo.checks import run_check
+    from zoo.profiles import get_profile
+    from zoo.registry import Registry
+    from zoo.runner import combine_processes
 
     from conftest import minimal_variant
 
     suite = Suite("mine", "a suite", measures=(Measure("gain", "what it measures", "ratio"),))
     check = Check("probe", "mine", "probes", lambda variant, profile: iter([
-        Result("gain", "measured", value=1.0), Result("gian", "measured", value=2.0), Result("probe", "passed")]))
+        Result("gain", "measured", value=1.0), Result("gian", "measured", value=2.0), Result("probe", "passed")]),
+        combine=lambda variant, profile, per_process: [Result("gain", "measured", value=1.0),
+                                                       Result("gains", "measured", value=1.0)])
     kinds = suite.row_kinds([check])
     assert kinds == {"gain", "probe"} and Suite("bare", "declares nothing").row_kinds([check]) is None
     rows = run_check(check, minimal_variant(), None, kinds=kinds)
@@ -174,6 +181,30 @@ def test_a_row_of_a_kind_its_suite_does_not_declare_is_an_error_naming_it():
                                                     ("probe", "error")]
     assert "yielded rows of kind 'gian', which its suite 'mine' does not declare" in rows[-1].detail
     assert run_check(check, minimal_variant(), None)[-1].status == "passed"  # nothing to hold it to
+    odd = Check("odd", "mine", "a kind that is no name", lambda variant, profile: iter([Result(["gain"], "measured")]))
+    assert "yielded rows of kind ['gain']" in run_check(odd, minimal_variant(), None, kinds=kinds)[-1].detail
+
+    class Plugin:
+        @staticmethod
+        def zoo_register_suites(register):
+            register(suite)
+
+        @staticmethod
+        def zoo_register_checks(register):
+            register(check)
+
+        @staticmethod
+        def zoo_register_variants(register):
+            register(minimal_variant())
+
+    registry = Registry()
+    registry.add_plugin(Plugin, zoo.Origin("mine", "module", "tests"))
+    name = minimal_variant().name
+    records = [{"variant": name, "suite": "mine", "checks": [("probe", [r.as_dict() for r in rows[:3]])]}] * 2
+    combined = combine_processes(registry, get_profile("smoke"), records)
+    assert [(r["check"], r["status"]) for r in combined] == [("gain", "measured"), ("gains", "measured"),
+                                                              ("probe", "error")]
+    assert "yielded rows of kind 'gains'" in combined[-1]["detail"]
 
 
 def test_every_row_a_real_run_stores_is_of_a_kind_its_suite_declares(smoke_run):

@@ -155,11 +155,18 @@ def run_check(check: Check, variant: "Variant", profile: "Profile", memory_limit
             rows.append(row)
     except Exception as exc:
         rows.append(Result(check.name, ERROR, detail=describe_exception(exc, memory_limit)))
-    undeclared = [] if kinds is None else list(dict.fromkeys(r.check for r in rows if r.check not in kinds))
-    rows += [Result(check.name, ERROR, detail=f"check {check.name!r} yielded rows of kind {kind!r}, which its suite "
-                    f"{check.suite!r} does not declare (declared: {', '.join(sorted(kinds))}): add a zoo.Measure "
-                    "for it to the suite") for kind in undeclared]
-    return rows
+    return rows + undeclared(check, [r.check for r in rows], kinds)
+
+
+def undeclared(check: Check, yielded: Iterable, kinds: Collection[str] | None) -> list[Result]:
+    """An error row for each kind among ``yielded`` (the ``check`` of each row the check gave, in a run or combined
+    over its processes) that is not in ``kinds``, its suite's declared row kinds (None: not held to any)."""
+    if kinds is None:
+        return []
+    unknown = dict.fromkeys(repr(kind) for kind in yielded if not isinstance(kind, str) or kind not in kinds)
+    return [Result(check.name, ERROR, detail=f"check {check.name!r} yielded rows of kind {kind}, which its suite "
+                   f"{check.suite!r} does not declare (declared: {', '.join(sorted(kinds))}): add a zoo.Measure for "
+                   "it to the suite") for kind in unknown]
 
 
 def describe_exception(exc: BaseException, memory_limit: int | None = None) -> str:

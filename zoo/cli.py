@@ -354,9 +354,8 @@ def cmd_check(args) -> int:
 
     from .registry import load_registry
 
-    registry, names = variants_of(args.target, installed=lambda: load_registry(args.plugins_dir, strict=args.strict))
-    for failure in registry.failures:
-        print(f"zoo: warning: {failure.message()}", file=sys.stderr)
+    registry, names = variants_of(args.target, installed=lambda: load_registry(args.plugins_dir, strict=args.strict),
+                                  warn=lambda failure: print(f"zoo: warning: {failure.message()}", file=sys.stderr))
     failed = 0
     for name in names:
         variant = registry.variant(name)

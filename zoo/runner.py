@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from .checks import ERROR, WORKER_CHECK, Result, describe_exception
+from .checks import ERROR, WORKER_CHECK, Result, describe_exception, undeclared
 from .contract import OptionError
 from .environment import ALLOCATOR_ENV, RUN_CACHE, cache_env
 from .launcher import Launcher, Worker
@@ -334,6 +334,7 @@ def combine_processes(registry: Registry, profile: Profile, records: list[dict])
     costs its check an error row, never the run."""
     variant_name, suite = records[0]["variant"], records[0]["suite"]
     checks = {check.name: check for check in registry.checks_for(suite)}
+    kinds = registry.suite(suite).row_kinds(checks.values())
     ran: dict[str, list[list[dict]]] = {}
     for record in records:
         for name, rows in record["checks"]:
@@ -346,8 +347,8 @@ def combine_processes(registry: Registry, profile: Profile, records: list[dict])
             continue
         try:
             variant = registry.variant(variant_name).with_defaults(profile.variant_options)
-            combined = check.combine(variant, profile, [[Result(**row) for row in rows] for rows in per_process])
-            out += [row.as_dict() for row in combined]
+            combined = list(check.combine(variant, profile, [[Result(**row) for row in rows] for rows in per_process]))
+            out += [row.as_dict() for row in combined + undeclared(check, [row.check for row in combined], kinds)]
         except Exception as exc:
             out += [*per_process[0], Result(name, ERROR, detail=f"combining the rows of {len(per_process)} processes "
                                                                f"failed: {describe_exception(exc)}").as_dict()]

@@ -14,7 +14,7 @@ checks the variant's tags rule out are skipped with the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from .checks import ERROR, FAILED, PASSED, SKIPPED, Check, Result
 from .checks import run_check as run_check_rows
@@ -105,16 +105,23 @@ def _correctness_kinds(registry=None):
     return registry.suite(SUITE).row_kinds(registry.checks_for(SUITE))
 
 
-def variants_of(target: str, installed: Callable[[], "Registry"] | None = None) -> tuple["Registry", list[str]]:
+def variants_of(target: str, installed: Callable[[], "Registry"] | None = None,
+                warn: Callable[[Any], None] | None = None) -> tuple["Registry", list[str]]:
     """The variants ``zoo check TARGET`` checks, and the registry that holds them: ``target`` is an installed
     variant's name (``installed()`` gives the registry it is looked up in: the default one unless given), a
     module or a ``.py`` file (loaded beside the core suites alone: only its own variants are checked). A target
-    that names none is refused in one line saying what to do (and why its plugins failed to load); the
-    registry's ``failures`` say which plugins did not load."""
+    that names none is refused in one line saying what to do. ``warn(failure)`` hears of each plugin that failed
+    to load: in the installed registry as soon as it is loaded, in the file's or module's before a refusal (the
+    reason is often there; a dashed name is no module, so its failed import is not heard of)."""
     from pathlib import Path
 
     from .contract import OptionError
     from .registry import Registry
+
+    def heard(registry: Registry) -> Registry:
+        for failure in registry.failures if warn else ():
+            warn(failure)
+        return registry
 
     def alone(load) -> tuple[Registry, list[str]]:
         registry = Registry()
@@ -130,22 +137,23 @@ def variants_of(target: str, installed: Callable[[], "Registry"] | None = None) 
     else:
         from .api import default_registry
 
-        registry = (installed or default_registry)()
+        registry = heard((installed or default_registry)())
         names = [target] if target in registry.variants else []
-        if not names:
-            registry, names = alone(lambda r: (r.load_module(target, "module"), "module")[1])
-            if not names and not registry.failures:
-                raise OptionError(f"TARGET {target!r} is neither a variant name nor a module or .py file that "
-                                  "registers one")
+        if names:
+            return registry, names
+        registry, names = alone(lambda r: (r.load_module(target, "module"), "module")[1])
+        if not names and not registry.failures:
+            raise OptionError(f"TARGET {target!r} is neither a variant name nor a module or .py file that "
+                              "registers one")
     if not names and "-" in target and not target.endswith(".py"):  # a variant's name (no module has a dash)
         scaffolded = Path(f"zoo-{target}")
         install = (f"pip install -e {scaffolded} (what zoo new wrote)" if (scaffolded / "pyproject.toml").is_file()
                    else "pip install the distribution that provides it")
         raise OptionError(f"TARGET {target!r} is not an installed variant: {install}, or give its .py file "
                           "(zoo list shows the installed ones)")
+    heard(registry)  # why the file or module registered none (a dashed name is no module: nothing to hear)
     if not names:
-        raise OptionError(f"TARGET {target!r} registered no variant"
-                          + "".join(f"; {failure.message()}" for failure in registry.failures))
+        raise OptionError(f"TARGET {target!r} registered no variant")
     return registry, names
 
 

@@ -203,3 +203,23 @@ def test_the_ranked_column_gives_the_mean_accuracys_spread_over_seeds():
     two = rows({("a", 0): 0.9, ("b", 0): 0.7, ("a", 1): 0.8, ("b", 1): 0.6, ("a", 2): 0.5})
     assert seed_spread(two) == pytest.approx(pd.Series([0.8, 0.7]).std())  # seed 2 trained only task a
     assert seed_spread(rows({("a", 0): 0.9, ("b", 0): 0.7})) is None
+
+
+def test_a_quality_row_that_names_no_task_is_left_out_of_the_tables_not_a_crash(registry, tmp_path):
+    """Another plugin's check registered to the quality suite may yield an accuracy row without a task: the board
+    still renders, every task's accuracy in its place."""
+    import dataclasses
+
+    from zoo import leaderboard
+    from zoo.checks import Result
+    from zoo.store import Store
+
+    profile = get_profile("smoke").with_settings("quality", steps=1, recall_steps=1)
+    rows = list(run_quality(registry.variant("dot-product"), profile))
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    store.record_job(run, "dot-product", "quality", "done", 1.0, {"card": registry.variant("dot-product").card()},
+                     [r.as_dict() for r in rows] + [Result("accuracy", "measured", "", 0.5, "fraction").as_dict()])
+    text = leaderboard.render(store, run, tmp_path / "board")[0].read_text()
+    quality = text[text.index("## Quality"):]
+    assert all(task.name in quality for task in default_tasks()) and "| None" not in quality

@@ -304,7 +304,7 @@ def details(board, variant) -> list:
         return []
     mine = board.rows(SUITE, variant)
     rows = []
-    for r in mine[mine.check == "accuracy"].itertuples():
+    for r in mine[(mine.check == "accuracy") & tasks_of(mine).notna()].itertuples():  # a row of no task: no line
         chance = _value_at(quality, None, "chance", r.params["task"])
         rows.append({"task": r.params["task"], "accuracy": _score_text(mine, r),
                      "chance": "" if chance is None else f"{chance:.3f}"})
@@ -357,7 +357,7 @@ def section(board) -> zoo.Section:
     if scores.empty:
         return zoo.Section("Quality", ["_Not in this run: `zoo run-all --suite quality` (or `--profile full`) trains "
                                        "every variant on the synthetic tasks._"])
-    tasks = list(dict.fromkeys(tasks_of(scores)))
+    tasks = [task for task in dict.fromkeys(tasks_of(scores)) if task is not None]
     rows = []
     for variant in sorted(set(scores.variant)):
         mine = scores[scores.variant == variant]
