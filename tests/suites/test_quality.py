@@ -205,6 +205,31 @@ def test_the_ranked_column_gives_the_mean_accuracys_spread_over_seeds():
     assert seed_spread(rows({("a", 0): 0.9, ("b", 0): 0.7})) is None
 
 
+def test_a_quality_figure_ties_another_whose_seed_interval_it_overlaps():
+    """0.76 +- 0.01 does not beat 0.71 +- 0.09 (what the board's seeds gave native-sparse and gated-deltanet):
+    the gap is within the second's spread over seeds; the 0.02 floor still ties close scores of no spread."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from zoo.suites.quality import axes
+
+    def board(values):
+        rows = pd.DataFrame([{"check": c, "value": v, "params": p} for c, v, p in values])
+        return SimpleNamespace(rows=lambda suite, variant=None: rows)
+
+    def scored(first, second):
+        return [("accuracy", (first + second) / 2, {"task": "t"})] + [
+            ("accuracy-seed", v, {"task": "t", "seed": s}) for s, v in enumerate((first, second))]
+
+    sparse, = axes(board(scored(0.75, 0.77)), "native-sparse")
+    delta, = axes(board(scored(0.62, 0.80)), "gated-deltanet")
+    assert (sparse.value, delta.value) == (pytest.approx(0.76), pytest.approx(0.71))
+    assert not sparse.beats(delta) and sparse.low == pytest.approx(0.76 - pd.Series([0.75, 0.77]).std())
+    steady, = axes(board(scored(0.6, 0.6)), "steady")
+    assert sparse.beats(steady) and not steady.beats(sparse)
+
+
 def test_a_quality_row_that_names_no_task_is_left_out_of_the_tables_not_a_crash(registry, tmp_path):
     """Another plugin's check registered to the quality suite may yield an accuracy row without a task: the board
     still renders, every task's accuracy in its place."""

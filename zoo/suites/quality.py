@@ -338,16 +338,19 @@ recurrences on the recall tasks."""
 
 
 def axes(board, variant) -> list[zoo.Axis]:
-    """The mean accuracy over the tasks: a cost weighed against speed and state (scores within 0.02 are tied: the
-    seeds' spread); each answer also offers the best variant that keeps within :data:`KEEP` of the top score."""
+    """The mean accuracy over the tasks: a cost weighed against speed and state (scores within 0.02 are tied, and
+    so are scores whose intervals, one standard deviation over seeds either side (:func:`seed_spread`), overlap);
+    each answer also offers the best variant that keeps within :data:`KEEP` of the top score."""
     scores = board.rows(SUITE)
     if scores.empty:
         return []
-    scores = board.rows(SUITE, variant)
-    scores = scores[scores.check == "accuracy"].dropna(subset=["value"])
+    mine = board.rows(SUITE, variant)
+    scores = mine[mine.check == "accuracy"].dropna(subset=["value"])
     mean = float(scores.value.mean()) if not scores.empty else None
+    spread = seed_spread(mine) if mean is not None else None
+    low, high = (None, None) if spread is None else (mean - spread, mean + spread)
     return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}" if mean is not None else "not trained",
-                     tie=0.02, keep=KEEP)]
+                     tie=0.02, keep=KEEP, low=low, high=high)]
 
 
 def section(board) -> zoo.Section:
