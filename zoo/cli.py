@@ -350,9 +350,8 @@ def cmd_new(args) -> int:
 def cmd_check(args) -> int:
     """Correctness suite on one plugin: an installed variant's name, a module path, or a .py file."""
     from .checks import BAD, ERROR, FAILED, PASSED, SKIPPED
-    from .testing import check_variant, variants_of
-
     from .registry import load_registry
+    from .testing import check_variant, variants_of
 
     registry, names = variants_of(args.target, installed=lambda: load_registry(args.plugins_dir, strict=args.strict),
                                   warn=lambda failure: print(f"zoo: warning: {failure.message()}", file=sys.stderr))

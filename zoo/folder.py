@@ -98,16 +98,9 @@ class BoardFolder:
         if not self.exists():
             raise FolderError(f"--out: no results database at {str(self.database)!r} nor its export {EXPORT}; "
                               "run `zoo run-all` first")
-        def read() -> tuple[bytes | None, Store]:
-            return self._export_bytes(), (Store(self.database, readonly=True).copy_to_memory()
-                                          if self.database.exists() else
-                                          Store.in_memory(f"{self.export} (read into memory)"))
-
-        if self._writable():
-            with self._locked():  # an interrupted publication finished first, and the two read as one state:
-                data, store = read()  # a run published between them would read as a conflict
-        else:
-            data, store = read()
+        data, store = self._as_one_publication(lambda: (  # a run published between the two: a false conflict
+            self._export_bytes(), Store(self.database, readonly=True).copy_to_memory() if self.database.exists()
+            else Store.in_memory(f"{self.export} (read into memory)")))
         sha = _sha256(data)
         if not self._agreed(store, sha):
             self._join(store, self._parse(data), sha)
@@ -126,6 +119,11 @@ class BoardFolder:
                     continue
             return found
 
+        return self._as_one_publication(read)
+
+    def _as_one_publication(self, read):
+        """``read()`` under the folder's lock, after any interrupted publication is finished, where the lock can be
+        taken (a read-only folder has no writer to wait for): what it reads is all one publication's."""
         if self._writable():
             with self._locked():
                 return read()

@@ -254,7 +254,12 @@ def upgrade(row: dict) -> dict:
 
 def tasks_of(rows) -> pd.Series:
     """The task each row is about (None for a row about none), from its ``params``."""
-    return rows.params.map(lambda params: params.get("task") if isinstance(params, dict) else None)
+    return _param(rows, "task")
+
+
+def _param(rows, name: str) -> pd.Series:
+    """Each row's ``params[name]`` (None where it has none)."""
+    return rows.params.map(lambda params: params.get(name) if isinstance(params, dict) else None)
 
 
 def _value_at(rows, variant, check, task):
@@ -275,14 +280,19 @@ def columns(board, variant) -> dict:
     named = source if earlier <= 1 else (("this run and " if board.run_id in runs else "")
                                          + f"{earlier} earlier runs, named in the Quality section")
     header = "quality: mean accuracy ± std over seeds" + (f" ({named})" if earlier else "")
-    mine = board.rows(SUITE, variant)
-    scores = mine[mine.check == "accuracy"].dropna(subset=["value"])
+    mean, spread = mean_accuracy(board.rows(SUITE, variant))
     card = board.card(variant)
     trained = f" (trained with {options_text(card)})" if card.get("quality_options") else ""
-    spread = seed_spread(mine)
-    return {header: f"{scores.value.mean():.3f}" + ("" if spread is None else f" ± {spread:.1g}") + trained
-            if not scores.empty else
+    return {header: f"{mean:.3f}" + ("" if spread is None else f" ± {spread:.1g}") + trained
+            if mean is not None else
             "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")}
+
+
+def mean_accuracy(rows) -> tuple[float | None, float | None]:
+    """A variant's mean accuracy over the tasks (None: not trained) and its spread over seeds (:func:`seed_spread`),
+    from its quality rows."""
+    scores = rows[rows.check == "accuracy"].dropna(subset=["value"])
+    return (None, None) if scores.empty else (float(scores.value.mean()), seed_spread(rows))
 
 
 def seed_spread(rows) -> float | None:
@@ -291,8 +301,7 @@ def seed_spread(rows) -> float | None:
     seeds = rows[rows.check == "accuracy-seed"].dropna(subset=["value"])
     if seeds.empty:
         return None
-    keyed = pd.DataFrame({"task": tasks_of(seeds), "seed": seeds.params.map(
-        lambda params: params.get("seed") if isinstance(params, dict) else None), "value": seeds.value}).dropna()
+    keyed = pd.DataFrame({"task": tasks_of(seeds), "seed": _param(seeds, "seed"), "value": seeds.value}).dropna()
     table = keyed.pivot_table(index="seed", columns="task", values="value", aggfunc="last").dropna()
     return float(table.mean(axis=1).std(ddof=1)) if len(table) > 1 else None
 
@@ -344,10 +353,7 @@ def axes(board, variant) -> list[zoo.Axis]:
     scores = board.rows(SUITE)
     if scores.empty:
         return []
-    mine = board.rows(SUITE, variant)
-    scores = mine[mine.check == "accuracy"].dropna(subset=["value"])
-    mean = float(scores.value.mean()) if not scores.empty else None
-    spread = seed_spread(mine) if mean is not None else None
+    mean, spread = mean_accuracy(board.rows(SUITE, variant))
     low, high = (None, None) if spread is None else (mean - spread, mean + spread)
     return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}" if mean is not None else "not trained",
                      tie=0.02, keep=KEEP, low=low, high=high)]
