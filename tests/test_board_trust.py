@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import good_plugin, run_zoo, zoo_here
+from zoo.board import fmt_x
 from zoo.leaderboard import registered_suites, render
 from zoo.ranking import gate
 from zoo.store import Store
@@ -580,7 +581,7 @@ def test_the_accuracy_plot_puts_each_kind_on_the_axis_its_ranked_table_uses(smok
     drawn = {}
     real_save = plots_.save
     monkeypatch.setattr(plots_, "save", lambda plt, fig, name: drawn.setdefault(name, [
-        (ax.get_title(), ax.get_xlabel(), sorted((round(float(x), 6), round(float(y), 6)) for c in ax.collections
+        (ax.get_title(), ax.get_xlabel(), sorted((float(x), round(float(y), 6)) for c in ax.collections
                                                  if isinstance(c, PathCollection) for x, y in c.get_offsets()))
         for ax in fig.axes]) and real_save(plt, fig, name))
     readme = render(target, copy, tmp_path / "board")[0].read_text()
@@ -595,4 +596,4 @@ def test_the_accuracy_plot_puts_each_kind_on_the_axis_its_ranked_table_uses(smok
         for name in names:  # the point sits at the ratio its ranked table shows, to 3 significant digits
             row = next(line for line in ranked.splitlines() if line.startswith("| ") and f" {name} " in line)
             x = next(x for x, y in points if y == scores[name])
-            assert f"{x:.3g}x" in row, (name, x, row)
+            assert f"{fmt_x(x)} [" in row, (name, x, row)  # the unrounded point, formatted as the table formats it
