@@ -1,5 +1,7 @@
 """The inference suite: counted states, times per token against the standard KV-cache decode (no timing asserts)."""
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
@@ -7,7 +9,8 @@ import zoo
 from zoo.board import fmt_x
 from zoo.checks import MEASURED, SKIPPED
 from zoo.profiles import get_profile
-from zoo.suites.inference import MHA_CACHE, SDPA_CACHE, StandardDecode, combine, run_inference
+from zoo.measure import count_flops
+from zoo.suites.inference import MHA_CACHE, SDPA_CACHE, StandardDecode, combine, prefill_predictor, run_inference
 
 PROFILE = get_profile("smoke")
 SETTINGS = PROFILE.of("inference")
@@ -82,6 +85,23 @@ def test_the_plan_leaves_a_cell_out_by_its_predicted_prefill_before_timing_anyth
     assert len(skipped) == len(SETTINGS.batches) * len(SETTINGS.contexts)
     assert all("predicted prefill" in r.detail and r.batch is not None for r in skipped)
     assert not [r for r in rows if r.check == "decode-time" and r.status == MEASURED]
+
+
+def test_a_prefill_counted_below_a_window_is_not_extrapolated_as_quadratic(registry):
+    """A banded variant without a FLOP formula costs a dense prefill's FLOPs below its window: the plan counts on
+    to where its growth settles to the claim, so a long prefill is predicted near its counted cost."""
+    windowed = registry.variant("windowed")
+    variant = dataclasses.replace(windowed, options={**windowed.options, "window": 256, "block": 256})
+    d_model, heads, context = 64, 2, 8192
+    predicted = prefill_predictor(variant, d_model, heads)(1, context)
+    torch.manual_seed(0)
+    module = zoo.build(variant, d_model=d_model, num_heads=heads)
+    x = torch.randn(1, context, d_model)
+    with torch.no_grad():
+        counted = count_flops(lambda: module(x, x, x, is_causal=True)) / 1e9
+    assert counted <= predicted <= 1.5 * counted, (predicted, counted)
+    dense = prefill_predictor(registry.variant("additive"), d_model, heads)  # claims quadratic: counted at two lengths
+    assert dense(1, 256) / dense(1, 128) > 3.5
 
 
 def test_the_state_at_long_contexts_comes_from_the_checked_formula_and_says_so(registry):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import statistics
 from pathlib import Path
 
@@ -117,21 +118,37 @@ class StandardDecode:
         return 2 * self.keys[:, :, :self.length].numel() * self.keys.element_size()
 
 
-def prefill_gflop(variant, batch: int, context: int, d_model: int, heads: int) -> float:
-    """The predicted FLOPs of a prefill, in GFLOP: the plugin's analytic count of the forward over the context
-    (queries against every key: an upper bound for a causal prefill), else the causal forward's counted FLOPs at
-    two small lengths, extrapolated at least as steeply as the claimed time exponent. No clock decides."""
+PROBE_LENGTHS = (64, 128, 256, 512, 1024, 2048)
+"""Where a prefill without an analytic FLOP count is counted, in order, until its growth settles."""
+
+
+def prefill_predictor(variant, d_model: int, heads: int):
+    """``(batch, context) -> GFLOP``: a prefill's predicted FLOPs. The plugin's analytic count of the forward over
+    the context (queries against every key: an upper bound for a causal prefill), else the causal forward's counted
+    FLOPs at doubling lengths, extrapolated from the last two at least as steeply as the claimed time exponent.
+    Counting stops once two lengths in a row grow no faster than the claim (within 0.25): a window or block longer
+    than the first lengths makes them grow quadratically, and extrapolating that would leave a linear variant's
+    long prefill out of the plan. No clock decides."""
     options = dict(variant.options)
     if variant.flops is not None:
-        return float(variant.flops(batch, context, context, d_model, heads, **options)) / 1e9
+        return lambda batch, context: float(variant.flops(batch, context, context, d_model, heads, **options)) / 1e9
+    torch.manual_seed(0)
+    module = zoo.build(variant, d_model=d_model, num_heads=heads)
+    claim = variant.complexity.time
     points = []
-    for n in (64, 128):
-        torch.manual_seed(0)
-        module = zoo.build(variant, d_model=d_model, num_heads=heads)
+    for n in PROBE_LENGTHS:
         x = torch.randn(1, n, d_model)
         with torch.no_grad():
             points.append((n, float(count_flops(lambda: module(x, x, x, is_causal=not variant.decoder.context)))))
-    return batch * extrapolate(context, points, variant.complexity.time) / 1e9
+        if len(points) > 1 and growth(points[-2:]) <= claim + 0.25:
+            break
+    return lambda batch, context: batch * extrapolate(context, points[-2:], claim) / 1e9
+
+
+def growth(points) -> float:
+    """The log-log slope between two counted points (infinite where the first counted nothing)."""
+    (n0, v0), (n1, v1) = points
+    return math.log(v1 / v0) / math.log(n1 / n0) if v0 > 0 and v1 > 0 else math.inf
 
 
 def itemsize(profile) -> int:
@@ -139,12 +156,13 @@ def itemsize(profile) -> int:
     return getattr(torch, profile.dtype).itemsize
 
 
-def planned_out(variant, settings, profile, batch: int, context: int) -> str | None:
-    """Why a cell is not timed (None: it is): its prefill or its state over the profile's caps."""
+def planned_out(variant, settings, profile, batch: int, context: int, prefill_gflop) -> str | None:
+    """Why a cell is not timed (None: it is): its prefill (``prefill_gflop(batch, context)``, from
+    :func:`prefill_predictor`) or its state over the profile's caps."""
     cap = settings.max_prefill_tokens
     if cap is not None and batch * context > cap:
         return f"a prefill of batch x context = {batch * context} tokens, over the profile's cap of {cap}"
-    gflop = prefill_gflop(variant, batch, context, settings.d_model, settings.heads)
+    gflop = prefill_gflop(batch, context)
     if gflop > settings.max_prefill_gflop:
         return f"predicted prefill of {gflop:.3g} GFLOP, over the profile's cap of {settings.max_prefill_gflop:g}"
     formula = variant.decoder.state_bytes
@@ -297,9 +315,11 @@ def run_inference(variant, profile):
         yield Result("decode-time", SKIPPED, detail=reason)
         return
     mode = mode_of(variant)
+    prefill_gflop = prefill_predictor(variant, settings.d_model, settings.heads)
     for batch in settings.batches:
         counted = []
-        plan = {context: planned_out(variant, settings, profile, batch, context) for context in settings.contexts}
+        plan = {context: planned_out(variant, settings, profile, batch, context, prefill_gflop)
+                for context in settings.contexts}
         shortest = min((context for context, why in plan.items() if not why), default=None)
         for context in settings.contexts:
             tag = dict(n=context, mode=mode, phase=DECODE, batch=batch)
