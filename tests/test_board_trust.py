@@ -421,6 +421,29 @@ def test_a_run_far_noisier_than_the_board_is_written_beside_it_and_kept(tmp_path
     assert set(csv[csv.suite == "speed"].run_id) == {first} and set(csv[csv.suite == "correctness"].run_id) == {third}
 
 
+def test_a_noisy_first_run_on_another_kind_of_machine_is_judged_against_the_board_it_would_replace(tmp_path,
+                                                                                                    monkeypatch):
+    """A fresh clone's run-all on a busy machine of another kind has no earlier run of its machine to be judged by:
+    it is judged by the board's cells, held back and kept; a quiet run there replaces the board."""
+    import zoo
+    from zoo import environment, leaderboard
+
+    measured, here = leaderboard.run_noise, environment.fingerprint
+    spreads = [0.02, 1.0, 0.03]  # in the order the runs started: the board's, a busy machine's, a quiet one's
+    monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: measured(store, run, suites) * 0 + (
+        spreads[list(store.runs().run_id).index(run)]))
+    first = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path).attrs["run_id"]
+    monkeypatch.setattr(environment, "fingerprint", lambda *args: {**here(*args), "cpu": "Another CPU"})
+    warnings = []
+    second = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path, warn=warnings.append)
+    assert _shown_run(_leaderboard(tmp_path)) == first
+    assert len(warnings) == 1 and f"run {second.attrs['run_id']} did not replace the board" in warnings[0]
+    assert "50.0x the board's (run on another kind of machine or with other settings) 0.02" in warnings[0]
+    assert _shown_run((tmp_path / "held-back" / "README.md").read_text()) == second.attrs["run_id"]
+    third = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path).attrs["run_id"]
+    assert _shown_run(_leaderboard(tmp_path)) == third
+
+
 def test_a_run_on_another_machine_does_not_replace_a_board_it_measured_less_of(tmp_path, capsys, monkeypatch):
     """One variant run on another kind of machine would make the board that machine's, with nothing else
     measured there (or what was, days ago): it is held back (its own board beside, the run kept); a run there of

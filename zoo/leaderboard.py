@@ -180,7 +180,9 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
     """The run a folder's board shows, and the runs held back (run -> why). Runs are taken in the order they
     started; each replaces the board unless its timings are far noisier (:func:`held_back_reason`) than the cells
     of the board it would replace (each cell's spread in the latest run not held back that timed it, among the runs
-    of its settings and machine: a run of one variant does not make a whole run-all the reference's cells), or it
+    of its settings and machine: a run of one variant does not make a whole run-all the reference's cells; a run of
+    settings or a machine no earlier run had is judged against the cells of the board it would replace, so a fresh
+    clone's run on a busy machine of another kind does not replace the committed board either), or it
     ran on another kind of machine and did not measure every variant the board's machine did
     (:func:`narrower_reason`): a busy machine, or one variant run on another machine, never writes over a board,
     and the held-back run stays in the store (``zoo leaderboard --run`` publishes it). Runs of other settings on
@@ -190,11 +192,14 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
 
     suites = registered_suites() if suites is None else suites
     registered = set(default_registry().list_variants())
-    shown, shown_machine, reference, held, covered = None, None, {}, {}, {}
+    shown, shown_machine, shown_group, reference, held, covered = None, None, None, {}, {}, {}
     for run in store.runs().run_id:
         noise = run_noise(store, run, suites)
         group, machine = board_group(store, run), machine_kind(store.environment(run))
-        if group in reference and (why := held_back_reason(noise, reference[group])):
+        against = (reference[group], "the board's") if group in reference else (
+            reference.get(shown_group, pd.Series(dtype=float)), "the board's (run on another kind of machine or "
+            "with other settings)")
+        if why := held_back_reason(noise, *against):
             held[run] = why
             continue
         measured = set(store.jobs(run).variant)
@@ -207,7 +212,7 @@ def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str
             reference[group] = noise
         elif not noise.empty:
             reference[group] = noise.combine_first(reference[group])
-        shown, shown_machine = run, machine
+        shown, shown_machine, shown_group = run, machine, group
     return shown, held
 
 
