@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from .checks import PASSED
+from .checks import PASSED, WORKER_CHECK
 from .contract import BEST_KNOWN_SLACK, Tags
 from .environment import machine_kind
 from .store import Store
@@ -81,6 +81,12 @@ def fmt_g(value, spec: str = ".3g") -> str:
 def fmt_exp(value) -> str:
     """A fitted exponent with two decimals ('' for none)."""
     return "" if value is None else f"{value:.2f}"
+
+
+def failure_words(why: str) -> str:
+    """The first words of why a worker did not finish ('timed out', 'out of memory', 'worker crashed with signal
+    SIGKILL'): what a table cell says where the figure is missing, its footnote the whole reason."""
+    return re.split(r"[:;(]", why, maxsplit=1)[0].strip()
 
 
 class Footnotes:
@@ -520,6 +526,13 @@ class Board:
         mine = jobs[jobs.variant == variant]
         return {suite: sorted(set(mine[mine.suite == suite].run_id))
                 for suite in sorted(set(mine.suite), key=lambda n: self.suite(n).order)}
+
+    def unfinished(self, suite: str, variant: str) -> str | None:
+        """Why the worker of ``variant``'s ``suite`` job did not finish (a timeout, a crash; None: it did), so a
+        figure it leaves missing says why ('timed out') rather than only that it is missing."""
+        rows = self.rows(suite, variant)
+        rows = rows[rows.check == WORKER_CHECK]
+        return None if rows.empty else str(rows.detail.iloc[-1])
 
     def refresh_command(self, variant: str, suites: list[str], markdown: bool = False) -> str:
         """The command that measures ``suites`` of ``variant`` on its current source onto this board (``markdown``:

@@ -29,7 +29,7 @@ from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 import zoo
 from zoo import decoding
 from zoo import plots as plots_
-from zoo.board import Footnotes, fmt_g, fmt_x
+from zoo.board import Footnotes, failure_words, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.environment import counted_once, run_shared
 from zoo.measure import bytes_read, count_flops
@@ -615,7 +615,9 @@ def axes(board, variant) -> list[zoo.Axis]:
     state = board.value(variant, "state-bytes", mode, DECODE, n, batch=batch) if decodes else None
     x = board.value(variant, "decode-ratio", mode, DECODE, n, versus=STANDARD[board.kind(variant)], batch=batch) \
         if decodes else None
-    absent = "does not decode" if not decodes else "not measured"
+    unfinished = board.unfinished(SUITE, variant)
+    absent = ("does not decode" if not decodes else
+              f"not measured: {failure_words(unfinished)}" if unfinished else "not measured")
     return [zoo.Axis(f"decoding state at context {n}", state, "lower", _fmt_bytes(state) if state is not None else absent,
                      use=f"decoding memory at context {n}"),
             zoo.Axis(f"time per token at context {n} (x standard cache decode)", x, "lower",
@@ -636,6 +638,9 @@ def columns(board, variant) -> dict:
         return {header: "does not decode " + board.notes.mark(f"{variant}: {why}")}
     mode, standard = mode_of_card(board, variant), STANDARD[board.kind(variant)]
     t = board.value(variant, "decode-time", mode, DECODE, n, batch=batch)
+    if t is None and (unfinished := board.unfinished(SUITE, variant)):
+        return {header: f"not timed: {failure_words(unfinished)} "
+                + board.notes.mark(f"the inference suite's job for {variant} did not finish: {unfinished}")}
     if t is None:
         return {header: "not timed " + board.notes.mark(f"{variant}, batch {batch}, context {n}: "
                                                          + _why_not_timed(board, variant, n, batch))}

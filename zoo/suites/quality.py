@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo import plots as plots_
-from zoo.board import fmt_g
+from zoo.board import failure_words, fmt_g
 from zoo.cases import relative_error
 from zoo.blocks import SequenceModel, VisionTransformer
 from zoo.checks import MEASURED, SKIPPED, Check, Result
@@ -283,9 +283,18 @@ def columns(board, variant) -> dict:
     mean, spread = mean_accuracy(board.rows(SUITE, variant))
     card = board.card(variant)
     trained = f" (trained with {options_text(card)})" if card.get("quality_options") else ""
-    return {header: f"{mean:.3f}" + ("" if spread is None else f" ± {spread:.1g}") + trained
-            if mean is not None else
-            "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")}
+    if mean is not None:
+        return {header: f"{mean:.3f}" + ("" if spread is None else f" ± {spread:.1g}") + trained}
+    return {header: not_trained(board, variant, source)}
+
+
+def not_trained(board, variant, source: str) -> str:
+    """A missing quality cell: 'not trained', and why where its job did not finish ('not trained: timed out')."""
+    why = board.unfinished(SUITE, variant)
+    if why is None:
+        return "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")
+    return (f"not trained: {failure_words(why)} "
+            + board.notes.mark(f"the quality suite's job for {variant} did not finish in {source}: {why}"))
 
 
 def mean_accuracy(rows) -> tuple[float | None, float | None]:
@@ -355,7 +364,9 @@ def axes(board, variant) -> list[zoo.Axis]:
         return []
     mean, spread = mean_accuracy(board.rows(SUITE, variant))
     low, high = (None, None) if spread is None else (mean - spread, mean + spread)
-    return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}" if mean is not None else "not trained",
+    why = board.unfinished(SUITE, variant)
+    missing = "not trained" + (f": {failure_words(why)}" if why else "")
+    return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}" if mean is not None else missing,
                      tie=0.02, keep=KEEP, low=low, high=high)]
 
 
