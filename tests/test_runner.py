@@ -353,3 +353,33 @@ def test_every_worker_of_a_run_is_forked_by_one_launcher_into_a_session_of_its_o
     assert list(combined.value) == [1.0, 1.0], combined  # both processes of a variant: the same parent
     assert set(combined.detail) == {"leads its session"}
     assert len({pid for samples in combined.samples for pid in samples}) == 1  # and the same for both variants
+
+
+def test_a_run_that_prints_nothing_for_a_while_says_it_is_still_running(registry, tmp_path, monkeypatch):
+    """A long check (one quality training) finishes nothing for minutes: every quiet period the run prints a line
+    saying so, with how long it has been quiet; a run whose checks keep finishing prints no such line."""
+    import time
+
+    from zoo import runner
+
+    monkeypatch.setattr(runner, "HEARTBEAT_SECONDS", 0.5)
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(get_profile("smoke").as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    job = runner.Job("dot-product", "correctness", 0)
+
+    class Quiet:
+        def run(self, jobs, on_check, on_job):
+            time.sleep(1.6)
+
+    class Busy:
+        def run(self, jobs, on_check, on_job):
+            for _ in range(20):
+                on_check({"variant": job.variant, "suite": job.suite, "seconds": 0.0})
+                time.sleep(0.05)
+
+    for executor, beats in [(Quiet(), range(1, 5)), (Busy(), range(0, 1))]:
+        lines = []
+        runner.execute(registry, store, run, [job], executor, get_profile("smoke"), lines.append)
+        still = [line for line in lines if "still running" in line]
+        assert len(still) in beats, lines
+        assert all(line.endswith("s since a check last finished\n") for line in still)

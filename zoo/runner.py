@@ -377,11 +377,13 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
     started: dict[tuple[str, str, int], float] = {}
     held: dict[tuple[str, str], list[tuple[dict, float]]] = {}
     total, finished, last_event = len(jobs), [0], [time.monotonic()]  # a job with no check in began at the last end
+    last_output, last_job = [time.monotonic()], [None]  # when a line was last printed, about which job
 
     def on_check(record: dict) -> None:
         key = (record["variant"], record["suite"], record.get("process", 0))
         started.setdefault(key, time.monotonic() - record["seconds"])
         counts[key] = counts.get(key, 0) + 1
+        last_output[0], last_job[0] = time.monotonic(), key
         progress(_bar(finished[0] + 1, total, key, counts[key], checks_in[key[1], key[2] > 0]))
 
     def store_job(job: tuple[str, str]) -> None:
@@ -396,7 +398,7 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
     def on_job(record: dict) -> None:
         key = (record["variant"], record["suite"], record.get("process", 0))
         seconds = time.monotonic() - started.get(key, last_event[0])
-        last_event[0] = time.monotonic()
+        last_event[0] = last_output[0] = time.monotonic()
         job = key[:2]
         held.setdefault(job, []).append((record, seconds))
         # stored as soon as its first process is in (a run stopped later keeps it), again with each further one,
@@ -411,7 +413,41 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
         done = counts.get(key, 0) if failure else of  # a job its worker did not finish shows how far it got
         progress(_bar(finished[0], total, key, done, of) + f" {seconds:6.1f} s{status}\n")
 
-    executor.run(jobs, on_check, on_job)
+    def still_running() -> str:
+        since, key = time.monotonic() - last_output[0], last_job[0]
+        last = f" (the last was {key[0]} {key[1]})" if key else ""
+        return f"\r[{finished[0]}/{total}] still running: {since:.0f} s since a check last finished{last}\n"
+
+    with _heartbeat(progress, still_running, lambda: last_output[0]):
+        executor.run(jobs, on_check, on_job)
+
+
+HEARTBEAT_SECONDS = 60.0  # a run that has printed nothing for this long says it is still running
+
+
+@contextlib.contextmanager
+def _heartbeat(progress: Callable[[str], None], line: Callable[[], str], last_event: Callable[[], float],
+               every: float | None = None):
+    """While the body runs, a line from ``line()`` each time nothing happened for ``every`` seconds (a check of
+    a long job, one quality training, can take minutes): a log or a terminal then shows the run is alive."""
+    every = HEARTBEAT_SECONDS if every is None else every
+    stop = threading.Event()
+
+    def beat() -> None:
+        said = 0.0
+        while not stop.wait(min(every, 1.0)):
+            quiet_since = max(last_event(), said)
+            if time.monotonic() - quiet_since >= every:
+                progress(line())
+                said = time.monotonic()
+
+    thread = threading.Thread(target=beat, name="zoo-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _bar(position: int, total: int, key: tuple[str, str, int], done: int, of: int, width: int = 20) -> str:
