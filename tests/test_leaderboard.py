@@ -447,3 +447,33 @@ def test_the_committed_boards_measured_each_built_in_on_the_plugin_file_installe
                      f"(scripts/measure-again {job.variant}, on the board's machine)"
                      for job in jobs.itertuples() if job.provenance.get("source_sha256") != installed[job.variant]]
     assert not outdated, "\n".join(outdated)
+
+
+def test_an_unranked_variants_page_gives_the_command_that_measures_it_again(registry, tmp_path):
+    """Failing or never checked, the page's standing ends with the command that measures what keeps it out: the
+    blocking suites of a variant that fails, the required suite of one that was never checked."""
+    from zoo.board import Board
+    from zoo.profiles import get_profile
+    from zoo.ranking import why_unranked
+    from zoo.store import Store
+
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(get_profile("smoke").as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    for variant, suite, status in [("dot-product", "correctness", "failed"), ("linear", "speed", "measured")]:
+        store.record_job(run, variant, suite, "done", 1.0, {"card": registry.variant(variant).card()},
+                         [{"check": "x", "status": status, "detail": "off by 1"}])
+    board = Board.of(store, run, registry.suites)
+    failing, unchecked = why_unranked(board, "dot-product"), why_unranked(board, "linear")
+    assert failing.startswith("correctness/x: off by 1; once the plugin is fixed, measure it again with: "
+                              "zoo run dot-product --suite correctness")
+    assert unchecked.startswith("the correctness suite has not run on it with these settings; run it with: "
+                                "zoo run linear --suite correctness")
+
+
+def test_a_variant_page_gives_each_option_and_the_value_the_quality_suite_trains_with(registry):
+    from zoo.leaderboard import _options_text
+
+    card = registry.variant("windowed").card()
+    trained = card["quality_options"]["window"]
+    assert _options_text(card)["window"] == f"{card['options']['window']} (the quality suite trains with {trained})"
+    assert _options_text(registry.variant("dot-product").card()) == {}

@@ -511,7 +511,7 @@ def _variant_page(board: Board, variant: str, targets: list[dict]) -> dict:
         "family": card.get("family"), "approximates": approximates(card),
         "capabilities": {label: bool(card.get("tags", {}).get(tag)) for tag, label in TAG_LABELS.items()},
         "departures": _departures(card),
-        "options": {str(k): str(v) for k, v in (card.get("options") or {}).items()},
+        "options": _options_text(card),
         "standing": "ranked" if board.ranked(variant) else "not ranked: " + why_unranked(board, variant),
         "stale": [{"suite": suite, "runs": ", ".join(runs), "command": board.refresh_command(variant, [suite])}
                   for suite, runs in board.stale(variant).items()],
@@ -523,6 +523,14 @@ def _variant_page(board: Board, variant: str, targets: list[dict]) -> dict:
         "provenance": {"origin": origin_text(provenance), "runs": ", ".join(sorted(set(mine.run_id))),
                        **{k: str(v) for k, v in provenance.items() if k != "card" and not isinstance(v, (dict, list))}},
     }
+
+
+def _options_text(card: dict) -> dict[str, str]:
+    """Each option's value as measured, and the value the quality suite trained with where the plugin gives
+    another (its quality options: a window the tasks' short sequences would not reach otherwise)."""
+    trained = card.get("quality_options") or {}
+    return {str(k): str(v) + (f" (the quality suite trains with {trained[k]})" if k in trained else "")
+            for k, v in (card.get("options") or {}).items()}
 
 
 def _ran_on(jobs: pd.DataFrame) -> dict[str, str]:

@@ -31,6 +31,7 @@ class Standing:
     reasons: list[str] = field(default_factory=list)
     blocked_by: list[str] = field(default_factory=list)  # the suites whose rows block it
     stale: list[str] = field(default_factory=list)  # the suites whose rows measured an older source (dropped)
+    blocking_suites: list[str] = field(default_factory=list)  # the suites of every blocking row (errors included)
 
     @property
     def ranked(self) -> bool:
@@ -57,7 +58,8 @@ def gate(results: pd.DataFrame, suites: dict[str, Suite] | None = None,
         reasons = [f"{r.suite}/{r.check}: {r.detail or r.status}" + (f" [{r.setting}]" if r.setting else "")
                    for r in blocking.itertuples()]
         blocked_by = sorted(set(blocking[blocking.status == FAILED].suite))
-        standings[variant] = Standing(checked, reasons, blocked_by, list(stale.get(variant, [])))
+        standings[variant] = Standing(checked, reasons, blocked_by, list(stale.get(variant, [])),
+                                      sorted(set(blocking.suite), key=lambda name: rules[name].order))
     for variant in set(stale) - set(standings):  # every row it has is of an older source
         standings[variant] = Standing(False, stale=list(stale[variant]))
     return standings
@@ -379,13 +381,15 @@ def unranked_lines(board: Board, unranked: list[str]) -> list[str]:
 
 def why_unranked(board: Board, variant: str) -> str:
     """Why ``variant`` is not ranked, for the page."""
-    standing = board.standings.get(variant)
+    standing, required = board.standings.get(variant), board.required_suites()
     if standing and standing.reasons:
-        return "; ".join(standing.reasons[:3])
-    if standing and set(board.required_suites()) & set(standing.stale):
+        return ("; ".join(standing.reasons[:3]) + "; once the plugin is fixed, measure it again with: "
+                + board.refresh_command(variant, standing.blocking_suites or required))
+    if standing and set(required) & set(standing.stale):
         return (f"its {' and '.join(standing.stale)} rows measured an older source and are left off; "
                 f"measure them again with: {board.refresh_command(variant, standing.stale)}")
-    return f"the {' and '.join(board.required_suites())} suite has not run on it with these settings"
+    return (f"the {' and '.join(required)} suite has not run on it with these settings; run it with: "
+            + board.refresh_command(variant, required))
 
 
 def stale_lines(board: Board) -> list[str]:

@@ -83,7 +83,7 @@ function renderTable(group) {
     group.columns.forEach(column => {
       const td = tr.insertCell();
       if (column === "variant") td.appendChild(variantLink(row.variant));
-      else td.textContent = row[column] === undefined || row[column] === null ? "" : row[column];
+      else fill(td, row[column]);
     });
   });
 }
@@ -122,7 +122,7 @@ function table(rows, columns, classes) {
   rows.forEach(r => {
     const tr = body.insertRow();
     columns.forEach(c => {
-      const td = tr.insertCell(); td.textContent = r[c] === undefined || r[c] === null ? "" : r[c];
+      const td = tr.insertCell(); fill(td, r[c]);
       if (classes && classes[c]) td.className = classes[c](r[c]);
     });
   });
@@ -134,7 +134,16 @@ function section(panel, title, content) {
   panel.appendChild(content);
 }
 
-function text(value) { const p = document.createElement("p"); p.textContent = value; return p; }
+function fill(node, value) {  // text whose `code` spans (plugin text is Markdown) show as code, never parsed as HTML
+  const parts = (value === undefined || value === null ? "" : String(value)).split("`");
+  if (parts.length % 2 === 0) { node.textContent = parts.join("`"); return; }  // an unpaired backtick: plain text
+  parts.forEach((part, i) => {
+    if (i % 2) { const code = document.createElement("code"); code.textContent = part; node.appendChild(code); }
+    else if (part) node.appendChild(document.createTextNode(part));
+  });
+}
+
+function text(value) { const p = document.createElement("p"); fill(p, value); return p; }
 
 function showVariant(name) {
   const panel = document.getElementById("variant-panel");
@@ -183,7 +192,7 @@ function renderSections() {  // each suite's part of the board, as README.md has
       holder.appendChild(t.rows.length ? table(t.rows, t.columns) : text("(none)"));
       if (t.footnotes.length) {
         const list = document.createElement("ol");
-        t.footnotes.forEach(f => { const li = document.createElement("li"); li.textContent = f; list.appendChild(li); });
+        t.footnotes.forEach(f => { const li = document.createElement("li"); fill(li, f); list.appendChild(li); });
         holder.appendChild(list);
       }
     });

@@ -216,7 +216,8 @@ def test_a_quality_figure_ties_another_whose_seed_interval_it_overlaps():
 
     def board(values):
         rows = pd.DataFrame([{"check": c, "value": v, "params": p} for c, v, p in values])
-        return SimpleNamespace(rows=lambda suite, variant=None: rows)
+        return SimpleNamespace(rows=lambda suite, variant=None: rows, unfinished=lambda suite, variant: None,
+                               card=lambda variant: {})
 
     def scored(first, second):
         return [("accuracy", (first + second) / 2, {"task": "t"})] + [

@@ -366,7 +366,9 @@ def axes(board, variant) -> list[zoo.Axis]:
     low, high = (None, None) if spread is None else (mean - spread, mean + spread)
     why = board.unfinished(SUITE, variant)
     missing = "not trained" + (f": {failure_words(why)}" if why else "")
-    return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}" if mean is not None else missing,
+    card = board.card(variant)
+    trained = f" (trained with {options_text(card)})" if card.get("quality_options") else ""
+    return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}{trained}" if mean is not None else missing,
                      tie=0.02, keep=KEEP, low=low, high=high)]
 
 
