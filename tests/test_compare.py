@@ -111,3 +111,24 @@ def test_compare_runs_is_the_python_api_zoo_compare_prints(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"comparing {runs[0]} (before) with {runs[1]} (after)" in printed
     assert all(f"## {title}" in printed for title, _ in comparison.tables) and "| slower" in printed
+
+
+def test_compare_warns_when_one_run_is_far_noisier_than_the_other(tmp_path):
+    """Two runs whose timings spread 2% and 40% (IQR/median): the changes between them are mostly the noisy
+    run's noise, and the comparison says so by the board's own held-back rule."""
+    from zoo.checks import Result
+    from zoo.compare import compare_runs
+    from zoo.store import Store
+
+    store = Store(tmp_path / "results.sqlite")
+    runs = []
+    for started, spread in (("2026-01-01 00:00:00", 0.02), ("2026-01-01 01:00:00", 0.4)):
+        run = store.start_run({"name": "quick", "threads": 2}, {"device": "cpu"}, started)
+        store.record_job(run, "v", "speed", "done", 1.0, {}, [Result(
+            "time-spread", "measured", "full fwd n=64", spread, "IQR/median", n=64, mode="full",
+            phase="fwd").as_dict()])
+        runs.append(run)
+    warnings = compare_runs(tmp_path, *runs).warnings
+    assert len(warnings) == 1 and warnings[0].startswith(f"run {runs[1]} is far noisier than run {runs[0]}")
+    assert "mostly noise" in warnings[0]
+    assert compare_runs(tmp_path, runs[0], runs[0]).warnings == []

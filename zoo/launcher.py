@@ -184,6 +184,7 @@ def serve() -> None:
         _, status = os.waitpid(pid, 0)
         replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
         replies.flush()
+    os._exit(0)  # nothing left to say: skip unloading torch, 0.8 s of every run's end and of every Ctrl-C's
 
 
 if __name__ == "__main__":
