@@ -413,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plugins)
 
     run_options = _Parser(add_help=False)
-    run_options.add_argument("--profile", help="quick (default; about 14 min on two CPU cores, see README), full or smoke")
+    run_options.add_argument("--profile", help="quick (default; the README says how long it takes), full or smoke (seconds: that "
+                             "everything runs, not figures for a board)")
     run_options.add_argument("--suite", action="append", help="run only this suite (repeatable)")
     run_options.add_argument("--device", help="cpu (default) or cuda")
     run_options.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")

@@ -175,11 +175,13 @@ def planned_out(variant, settings, profile, batch: int, context: int, prefill_gf
 
 
 @functools.lru_cache(maxsize=1)
-def _flush_buffer(mib: int, device) -> torch.Tensor:
-    """A buffer larger than the last-level cache (``mib``, at least twice the cache this machine reports): reading
-    it before a step evicts what the last step of either decode left there, so a small state is timed as it is
-    read in a model, from memory, and not warm beside a small cache and cold beside a large one."""
-    return torch.ones(max(mib * 2 ** 20, 2 * last_level_cache_bytes(device)) // 4, device=device)
+def _flush_buffer(mib: int, device, beyond_cache: bool = True) -> torch.Tensor:
+    """A buffer larger than the last-level cache (``mib``, at least twice the cache this machine reports unless
+    not ``beyond_cache``): reading it before a step evicts what the last step of either decode left there, so a
+    small state is timed as it is read in a model, from memory, and not warm beside a small cache and cold beside a
+    large one."""
+    floor = 2 * last_level_cache_bytes(device) if beyond_cache else 0
+    return torch.ones(max(mib * 2 ** 20, floor) // 4, device=device)
 
 
 def last_level_cache_bytes(device) -> int:
@@ -264,7 +266,7 @@ def _cell(variant, settings, profile, batch: int, context: int, shortest: int | 
         counted = {who: counted_once(f"step-bytes|{variant.name}|{who}|{batch}|{context}|{profile!r}",
                                      functools.partial(bytes_read, step), step) for who, step in steps_counted.items()}
         samples = {who: [] for who in calls}
-        flush = _flush_buffer(settings.flush_mib, device)
+        flush = _flush_buffer(settings.flush_mib, device, settings.flush_beyond_cache)
         for index, token in enumerate(tokens[settings.warmup_steps + 1:]):
             for who in (list(calls) if index % 2 == 0 else list(calls)[::-1]):  # ABBA: what one leaves falls on both
                 flush.sum()  # each step starts from memory, as in a model whose other layers ran in between
@@ -828,6 +830,7 @@ SUITE_DEFINITION = zoo.Suite(
         "state_contexts": (16384, 32768),  # contexts the state is stated at beyond the timed ones (formula)
         "bandwidth_mib": 256,
         "flush_mib": 64,  # read before every timed step (at least twice the last-level cache the machine reports)
+        "flush_beyond_cache": True,  # false: flush_mib alone (the smoke profile checks that it works, in seconds)
         # a time per token whose interval reaches farther than half this fraction from it is marked varies
         # (zoo.timing.strays)
         "interval_threshold": 0.1,
@@ -836,7 +839,8 @@ SUITE_DEFINITION = zoo.Suite(
         "full": {"contexts": (1024, 2048, 4096, 8192, 16384, 32768), "steps": 256, "warmup_steps": 8,
                  "max_prefill_gflop": 12000.0, "max_state_gib": 8.0, "max_prefill_tokens": None},
         "smoke": {"batches": (1, 2), "contexts": (64, 128), "d_model": 64, "heads": 2, "steps": 8, "warmup_steps": 1,
-                  "state_contexts": (1024,), "bandwidth_mib": 32, "flush_mib": 4},
+                  "state_contexts": (1024,), "bandwidth_mib": 32, "flush_mib": 4,
+                  "flush_beyond_cache": False},
     })
 
 
