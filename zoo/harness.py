@@ -94,9 +94,10 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     run_id = run_id or _start(store, settings, command)
     todo = _jobs_to_do(store, run_id, names, chosen, retry_errors, registry, settings.processes)
     pending = len({(job.variant, job.suite) for job in todo})
-    progress(f"zoo: run {run_id}: {pending} jobs ({len(names) * len(chosen) - pending} already done), profile "
-             f"{settings.name}, {settings.threads} threads, timings from {settings.processes} process(es), results "
-             f"in {folder.database}\n")
+    passes = f" in {len(todo)} worker passes" if len(todo) != pending else ""  # a timing's further processes
+    progress(f"zoo: run {run_id}: {pending} jobs{passes} ({len(names) * len(chosen) - pending} already done), "
+             f"profile {settings.name}, {settings.threads} threads, timings from {settings.processes} process(es), "
+             f"results in {folder.database}\n")
     # execute, then report: the board and the export of every kept run, as a whole
     _execute(registry, store, run_id, todo, _executor(executor, run_options), settings, progress)
     return _report(store, run_id, folder, registry, warn)
