@@ -326,3 +326,26 @@ def test_an_inference_job_that_did_not_finish_says_why_where_its_figures_are_mis
     assert cell.startswith("not timed: timed out ") and any(why in line for line in board.notes.lines())
     assert [axis.text for axis in axes(board, "linear")] == ["not measured: timed out"] * 2
     assert not any(axis.text.startswith("not") for axis in axes(board, "dot-product"))
+
+
+def test_the_section_says_what_fraction_of_a_step_at_batch_1_is_overhead_for_fixed_states_and_caches_apart(
+        registry, tmp_path):
+    """#26's target: the part of a step beyond reading its state and weights at the measured bandwidth (1 - the
+    read fraction), a fixed state's apart from a cache's, from the stored rows."""
+    from zoo.board import Board
+    from zoo.store import Store
+    from zoo.suites.inference import section
+
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    overhead = {}
+    for name in ("dot-product", "linear"):
+        rows = list(run_inference(registry.variant(name), profile))
+        store.record_job(run, name, "inference", "done", 1.0, {"card": registry.variant(name).card()},
+                         [r.as_dict() for r in rows])
+        fraction = next(r.value for r in rows if r.check == "read-fraction" and not r.versus and r.n == 128)
+        overhead[name] = f"{max(1 - fraction, 0):.0%}"
+    [line] = [p for p in section(Board.of(store, run, registry.suites)).text if p.startswith("Overhead at batch 1")]
+    assert f"fixed-state variants, median {overhead['linear']} of a step (from {overhead['linear']}, linear" in line
+    assert f"cache decoders (a state that grows with the context, or is it), median {overhead['dot-product']}" in line

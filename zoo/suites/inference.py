@@ -725,6 +725,7 @@ def section(board) -> zoo.Section:
         "timed beside each variant in its own job, landed apart by (largest - smallest) / median "
         + (f"{statistics.median(drifts):.3g} over the cells, largest {max(drifts):.3g}" if drifts else "(not measured)")
         + ") reaches farther from it than half the run's threshold; compare ratios, measured in the same turns, not times, between runs.",
+        *_overhead_text(board, small),
     ]
     tables = [zoo.Table("State each sequence keeps", [], states),
               zoo.Table("Time per generated token", [], times, footnotes=notes.reasons)]
@@ -747,6 +748,31 @@ def section(board) -> zoo.Section:
         if plot:
             plots[plot[0]] = plot[1]
     return zoo.Section("Inference", text, tables, plots)
+
+
+def _overhead_text(board, batch: int) -> list[str]:
+    """How much of a step at ``batch`` (the smallest) is not reading its state and weights at the measured
+    bandwidth (1 - its read fraction: compute and framework overhead), at the longest context each variant was
+    timed at, for the fixed-state variants and the others apart: a fixed state is small, so its step is bound by
+    what runs around the read."""
+    rows = board.rows(SUITE)
+    fractions = rows[(rows.check == "read-fraction") & (rows.versus == "") & (rows.batch == batch)].dropna(
+        subset=["value", "n"])
+    groups: dict[str, dict[str, float]] = {}
+    for variant, mine in fractions.groupby("variant", sort=False):
+        fixed = board.card(variant).get("decoder_growth") == "fixed" and mode_of_card(board, variant) != "full"
+        group = "fixed-state variants" if fixed else "cache decoders (a state that grows with the context, or is it)"
+        groups.setdefault(group, {})[variant] = max(1 - float(mine.sort_values("n").value.iloc[-1]), 0.0)
+    parts = []
+    for group, overheads in sorted(groups.items(), reverse=True):
+        low, high = min(overheads, key=overheads.get), max(overheads, key=overheads.get)
+        parts.append(f"{group}, median {statistics.median(overheads.values()):.0%} of a step (from "
+                     f"{overheads[low]:.0%}, {low}, to {overheads[high]:.0%}, {high})")
+    if not parts:
+        return []
+    return [f"Overhead at batch {batch}: the part of a step beyond reading its state and weights at the measured "
+            "bandwidth (1 - its read fraction, at the longest context the variant was timed at): "
+            + "; ".join(parts) + "."]
 
 
 def _other_decodes(board, contexts) -> list[dict]:
