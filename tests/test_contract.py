@@ -42,6 +42,10 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"floors": {"no-module": lambda: None}}, "floor 'no-module' has the signature (), but a floor is called with "
                                               "the variant's module alone"),
     ({"peers": {"two": lambda module, q: q}}, "peer 'two' has the signature (module, q)"),
+    ({"flops": 4.0}, "flops must be callable: flops(batch=, q_len=, k_len=, d_model=, num_heads=, **options)"),
+    ({"flops": lambda b, q, k, d, h: 1.0}, "flops has the signature (b, q, k, d, h), but it is called as flops(batch="),
+    ({"options": {"window": 4}, "flops": lambda batch, q_len, k_len, d_model, num_heads: 1.0},
+     "unexpected keyword argument 'window'"),
     ({"error_sweeps": {"features": (16,)}}, "error_sweeps needs approximates="),
     ({"approximates": "softmax", "error_sweeps": {"features": (16,)}}, "error_sweeps option 'features' is not among"),
     ({"approximates": "softmax", "options": {"features": 8}, "error_sweeps": {"features": ()}}, "must be a non-empty tuple"),

@@ -477,3 +477,25 @@ def test_a_variant_page_gives_each_option_and_the_value_the_quality_suite_trains
     trained = card["quality_options"]["window"]
     assert _options_text(card)["window"] == f"{card['options']['window']} (the quality suite trains with {trained})"
     assert _options_text(registry.variant("dot-product").card()) == {}
+
+
+def test_a_target_on_a_measure_no_suite_takes_says_so_instead_of_waiting_for_a_run(registry, tmp_path):
+    """A typo in a Target's check would read 'not measured in this run' on every board: it is named instead."""
+    import dataclasses
+
+    import zoo
+    from zoo.board import Board
+    from zoo.leaderboard import _target_rows
+    from zoo.profiles import get_profile
+    from zoo.store import Store
+
+    variant = dataclasses.replace(registry.variant("linear"), targets=(
+        zoo.Target("tiem-ratio", at_most=1.0, versus="torch-sdpa", n=64, note="typo"),
+        zoo.Target("time-ratio", at_most=1.0, versus="torch-sdpa", n=64, note="not run")))
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(get_profile("smoke").as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    store.record_job(run, "linear", "correctness", "done", 1.0, {"card": variant.card()},
+                     [{"check": "reference-float64", "status": "passed"}])
+    verdicts = {row["target"]: row["verdict"] for row in _target_rows(Board.of(store, run, registry.suites))}
+    assert verdicts == {"typo": "never measured: no suite on this board measures 'tiem-ratio'",
+                        "not run": "not measured in this run"}

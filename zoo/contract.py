@@ -259,6 +259,29 @@ def _takes_the_module(variant: str, kind: str, label: str, make) -> None:
                                 f"is called with the variant's module alone: {usage}") from None
 
 
+FLOPS_ARGUMENTS = ("batch", "q_len", "k_len", "d_model", "num_heads")
+"""The keywords a FLOP formula is called with, the variant's options beside them."""
+
+
+def _counts_flops(variant: str, flops, options: Mapping[str, Any]) -> None:
+    """Refuse a FLOP formula the suites cannot call, naming it: the complexity suite's check of it against the
+    counted FLOPs would otherwise be an error row, and the variant unranked, on every board."""
+    import inspect
+
+    usage = f"flops({', '.join(f'{name}=' for name in FLOPS_ARGUMENTS)}, **options) -> FLOPs of one forward"
+    if not callable(flops):
+        raise RegistrationError(f"variant {variant!r}: flops must be callable: {usage}")
+    try:
+        signature = inspect.signature(flops)
+    except (TypeError, ValueError):  # a builtin without a signature: it is tried when called
+        return
+    try:
+        signature.bind(**dict.fromkeys(FLOPS_ARGUMENTS, 1), **options)
+    except TypeError as exc:
+        raise RegistrationError(f"variant {variant!r}: flops has the signature {signature}, but it is called as "
+                                f"{usage} ({exc})") from None
+
+
 @dataclass(frozen=True)
 class Variant:
     """One registered attention variant.
@@ -420,6 +443,8 @@ class Variant:
             if not self.tags.supports_causal and not self.decoder.context:
                 raise RegistrationError(f"variant {self.name!r}: a decoder needs a causal form (tags.supports_causal)")
             self.decoder.validate(self.name)
+        if self.flops is not None:
+            _counts_flops(self.name, self.flops, self.options)
         kinds = (("baseline", self.baselines), ("floor", self.floors), ("peer", self.peers))
         for kind, labelled in kinds:
             for label, make in labelled.items():

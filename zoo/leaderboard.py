@@ -416,6 +416,8 @@ def _targets_section(board: Board) -> list[str]:
 
 
 def _target_rows(board: Board) -> list[dict]:
+    measured_kinds = {measure.name for suite in board.suites.values() for measure in suite.measures} | set(
+        board.results.check)  # a suite that declares no measures: the kinds its rows name
     rows = []
     for variant in board.variants:
         results = board.rows(variant=variant)
@@ -431,7 +433,8 @@ def _target_rows(board: Board) -> list[dict]:
             if target.batch is not None:
                 sel = sel[sel.batch == target.batch] if "batch" in sel else sel.iloc[:0]
             if sel.empty:
-                verdict, measured = "not measured in this run", ""
+                verdict, measured = ("not measured in this run" if check in measured_kinds else
+                                     f"never measured: no suite on this board measures {check!r}"), ""
             else:
                 verdict = _verdict(target, [_interval(r) for r in sel.itertuples()])
                 measured = ", ".join(f"n={int(r.n)}" + (f" batch {int(r.batch)}" if pd.notna(getattr(r, "batch", None))

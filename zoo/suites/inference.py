@@ -131,7 +131,8 @@ def prefill_predictor(variant, d_model: int, heads: int):
     long prefill out of the plan. No clock decides."""
     options = dict(variant.options)
     if variant.flops is not None:
-        return lambda batch, context: float(variant.flops(batch, context, context, d_model, heads, **options)) / 1e9
+        return lambda batch, context: float(variant.flops(batch=batch, q_len=context, k_len=context, d_model=d_model,
+                                                          num_heads=heads, **options)) / 1e9
     torch.manual_seed(0)
     module = zoo.build(variant, d_model=d_model, num_heads=heads)
     claim = variant.complexity.time
