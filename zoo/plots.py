@@ -1,5 +1,6 @@
 """Plots a suite draws for its section: log-log curves over n, one line per variant, labelled at their ends, and
-the helpers every plot shares (a non-interactive backend, PNG bytes, a style fixed per variant name)."""
+the helpers every plot shares (a non-interactive backend, PNG bytes, a style fixed per variant name, labels placed where
+they cover no point, legend or other label)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,16 @@ COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
           "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#e7ba52", "#5254a3",
           "#e6550d", "#6b6ecf", "#b5cf6b", "#d6616b", "#ce6dbd", "#31a354")  # no grey: grey is for
 # variants not ranked; at least as many as the built-ins, so each of them has its own
+GREY = "0.7"
+"""The colour of a variant the board does not rank, on every plot (its line dotted, its marker an x)."""
+GREY_STYLE = (GREY, "x", ":")
 
 
 def save(plt, fig, name: str) -> tuple[str, bytes]:
-    """The figure as (file name, PNG bytes)."""
+    """The figure as (file name, PNG bytes): laid out, then its points' labels placed (:func:`place_labels`), once
+    every pixel is where it will be drawn."""
     fig.tight_layout()
+    place_labels(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
@@ -88,7 +94,7 @@ def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: s
             if panel.variants is not None and variant not in panel.variants:
                 continue
             series = series.sort_values("n")
-            color, marker, dashes = styles[variant] if variant not in greyed else ("0.7", "x", ":")
+            color, marker, dashes = styles[variant] if variant not in greyed else GREY_STYLE
             label = variant + (" (causal)" if mixed and (series["mode"] == "causal").all() else "") + (
                 " (not ranked)" if variant in greyed else "")
             ax.plot(series.n.astype(float), series.value.astype(float), color=color, marker=marker, linestyle=dashes, label=label)
@@ -146,36 +152,167 @@ def variant_styles(variants: list[str], builtins: list[str] | None = None) -> di
     return {variant: styles[variant] for variant in variants}
 
 
-def label_points(ax, points, fontsize: int = 8):
-    """Each point named beside it: to its right, else a line at a time above or below, else to its left (with a
-    leader line where it moved), the first place that overlaps no label already placed and stays inside the axes,
-    so no two labels collide and none covers the title; where no such place is left, above the others."""
-    fig = ax.figure
-    fig.canvas.draw()  # the axes' limits and scales are final: data -> pixels is fixed
-    placed = []
-    line = fontsize * 1.3 * fig.dpi / 72
+def label_points(ax, points, fontsize: int = 8, color: str = "black"):
+    """Each (x, y, text) point named beside it. The labels are placed when the figure is saved (:func:`save`, by
+    :func:`place_labels`), when the layout is final; labels queued first get the nearest free places."""
+    queued = ax.__dict__.setdefault("_zoo_labels", [])
+    queued.extend((float(x), float(y), str(text), color, fontsize) for x, y, text in points)
+
+
+LABEL_GAPS = (3, 7, 12, 18, 26, 36, 48, 62, 80, 100, 125, 155)
+"""How far from its point (pixels) a label may go, nearest first."""
+
+CROSSING_COST = 30
+"""What a line or bar running under a label costs a place, in pixels of distance: a label crosses a line only where
+every place free of lines is more than this much farther away."""
+
+
+def place_labels(fig) -> None:
+    """Place the labels queued by :func:`label_points` on each of ``fig``'s axes: each at the nearest place (of 8
+    directions at growing distances) that stays inside the axes and covers no marker, no legend and no label placed
+    before it, preferring places that no line or bar runs under (a leader line back to its point where it moved).
+    Deterministic: the same figure gives the same places. A legend at "best" is fixed where it is first: among the
+    data, before the labels join (else it would move to dodge them and land on one)."""
+    queued = [(ax, ax.__dict__.pop("_zoo_labels")) for ax in fig.axes if ax.__dict__.get("_zoo_labels")]
+    if not queued:
+        return
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax, labels in queued:
+        _place_on(ax, labels, renderer)
+
+
+def _place_on(ax, labels, renderer) -> None:
+    import math
+
+    scale = ax.figure.dpi / 72  # points -> pixels
     frame = ax.bbox
-
-    def overlaps(left, bottom, width):
-        return any(left < r and left + width > l and bottom < t and bottom + line > b for l, b, r, t in placed)
-
-    def free(left, bottom, width):
-        return (frame.x0 <= left and left + width <= frame.x1 and frame.y0 <= bottom and bottom + line <= frame.y1
-                and not overlaps(left, bottom, width))
-
-    for x, y, text in sorted(points, key=lambda p: (p[1], p[0])):
+    marks, segments = _obstacles(ax, renderer, scale)
+    placed: list[tuple[float, float, float, float]] = []
+    for x, y, text, color, fontsize in labels:
         px, py = ax.transData.transform((x, y))
-        width = len(text) * fontsize * 0.6 * fig.dpi / 72
-        shifts = [0] + [sign * step for step in range(1, 7) for sign in (1, -1)]
-        spots = [(px + 5, py + 3 + k * line) for k in shifts] + [(px - 5 - width, py + 3 + k * line) for k in shifts]
-        left, bottom = next(((l, b) for l, b in spots if free(l, b, width)), (px + 5, py + 3))
-        while overlaps(left, bottom, width):
-            bottom += line
-        placed.append((left, bottom, left + width, bottom + line))
-        ax.annotate(text, (x, y), xytext=(left - px, bottom - py), textcoords="offset pixels", fontsize=fontsize,
-                    arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5) if (left, bottom) != (px + 5, py + 3)
-                    else None)
-    return placed
+        if not (math.isfinite(px) and math.isfinite(py)):
+            continue
+        probe = ax.annotate(text, (x, y), xytext=(0, 0), textcoords="offset points", fontsize=fontsize,
+                            ha="left", va="bottom")
+        extent = probe.get_window_extent(renderer)  # its text where it is drawn (no arrow yet)
+        probe.remove()
+        dx, dy, width, height = extent.x0 - px, extent.y0 - py, extent.width, extent.height
+        best = None
+        for order, (gap, left, bottom) in enumerate(_spots(px, py, width, height)):
+            box = (left, bottom, left + width, bottom + height)
+            if not (frame.x0 <= box[0] and box[2] <= frame.x1 and frame.y0 <= box[1] and box[3] <= frame.y1):
+                continue
+            if any(_overlap(box, other) for other in placed) or any(_overlap(box, mark) for mark in marks):
+                continue
+            crossings = sum(_crosses(box, segment) for segment in segments)
+            if gap > LABEL_GAPS[1]:  # its leader line: over another marker or label, it would point at the wrong one
+                leader = ((px, py), ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2))
+                crossings += sum(_crosses(other, leader) for other in placed + marks
+                                 if not (other[0] <= px <= other[2] and other[1] <= py <= other[3]))
+            cost = gap + CROSSING_COST * crossings
+            if best is None or (cost, order) < best[:2]:
+                best = (cost, order, gap, box)
+        if best is None:  # nowhere free: beside the point, above every label it would cover
+            left, bottom = px + LABEL_GAPS[0], py - height / 2
+            while any(_overlap((left, bottom, left + width, bottom + height), other) for other in placed):
+                bottom += height
+            best = (0, 0, LABEL_GAPS[-1], (left, bottom, left + width, bottom + height))
+        _, _, gap, box = best
+        moved = gap > LABEL_GAPS[1]
+        label = ax.annotate(text, (x, y), xytext=((box[0] - dx - px) / scale, (box[1] - dy - py) / scale),
+                            textcoords="offset points", fontsize=fontsize, color=color, ha="left", va="bottom",
+                            arrowprops=dict(arrowstyle="-", color="0.5", lw=0.5, shrinkA=0, shrinkB=3)
+                            if moved else None)
+        label.set_in_layout(False)
+        placed.append(box)
+        if moved:  # its leader line: a line the next labels keep off
+            segments.append(((px, py), ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)))
+
+
+def _spots(px: float, py: float, width: float, height: float):
+    """(distance, left, bottom) of the places a width x height label may take around the point (px, py): to its
+    right, left, above, below and the four corners, at each of :data:`LABEL_GAPS`."""
+    for gap in LABEL_GAPS:
+        corner = gap * 0.7
+        yield gap, px + gap, py - height / 2  # right
+        yield gap, px - gap - width, py - height / 2  # left
+        yield gap, px + corner, py + corner  # above right
+        yield gap, px + corner, py - corner - height  # below right
+        yield gap, px - corner - width, py + corner  # above left
+        yield gap, px - corner - width, py - corner - height  # below left
+        yield gap, px - width / 2, py + gap  # above
+        yield gap, px - width / 2, py - gap - height  # below
+
+
+def _obstacles(ax, renderer, scale: float):
+    """What a label must not cover on ``ax``, in pixels: the boxes of its markers and legend, and the segments of
+    its lines and bars (which a label may cross, at a cost)."""
+    import numpy as np
+    from matplotlib.cbook import STEP_LOOKUP_MAP
+    from matplotlib.collections import LineCollection, PathCollection
+
+    marks, segments = [], []
+
+    def mark(points, radius):
+        for (mx, my), r in zip(points, radius):
+            if np.isfinite(mx) and np.isfinite(my):
+                marks.append((mx - r - 1, my - r - 1, mx + r + 1, my + r + 1))
+
+    def run(points):
+        points = [tuple(p) for p in points if np.all(np.isfinite(p))]
+        segments.extend(zip(points, points[1:]))
+
+    for collection in ax.collections:
+        if isinstance(collection, PathCollection) and len(collection.get_offsets()):
+            offsets = collection.get_offset_transform().transform(collection.get_offsets())
+            sizes = collection.get_sizes() if len(collection.get_sizes()) else np.array([36.0])
+            mark(offsets, np.resize(np.sqrt(sizes) / 2 * scale, len(offsets)))
+        elif isinstance(collection, LineCollection):
+            for segment in collection.get_segments():
+                run(collection.get_transform().transform(segment) if len(segment) else [])
+    for line in ax.lines:
+        xy = line.get_xydata()
+        if not len(xy):
+            continue
+        pixels = line.get_transform().transform(xy)
+        if line.get_linestyle() not in ("None", "", " "):
+            run(np.column_stack(STEP_LOOKUP_MAP[line.get_drawstyle()](*pixels.T)))
+        if line.get_marker() not in (None, "None", "", " ", ","):
+            mark(pixels, [line.get_markersize() / 2 * scale] * len(pixels))
+    legend = ax.get_legend()
+    if legend is not None:
+        box = legend.get_window_extent(renderer)
+        marks.append((box.x0, box.y0, box.x1, box.y1))
+        anchor = legend.get_bbox_to_anchor()
+        if anchor.bounds == ax.bbox.bounds:  # inside the axes, where "best" put it: kept there
+            legend.set_loc(tuple(ax.transAxes.inverted().transform((box.x0, box.y0))))
+    return marks, segments
+
+
+def _overlap(a, b) -> bool:
+    """Whether boxes (x0, y0, x1, y1) overlap."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _crosses(box, segment) -> bool:
+    """Whether the segment ((x0, y0), (x1, y1)) runs through the box (x0, y0, x1, y1) (Liang-Barsky clipping)."""
+    (x0, y0), (x1, y1) = segment
+    dx, dy = x1 - x0, y1 - y0
+    low, high = 0.0, 1.0
+    for p, q in ((-dx, x0 - box[0]), (dx, box[2] - x0), (-dy, y0 - box[1]), (dy, box[3] - y0)):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            low = max(low, t)
+        else:
+            high = min(high, t)
+        if low > high:
+            return False
+    return True
 
 
 def label_line_ends(ax, ends, min_gap_decades: float = 0.07):

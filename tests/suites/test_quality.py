@@ -275,3 +275,192 @@ def test_a_quality_job_that_did_not_finish_says_why_where_its_figure_is_missing(
     assert axis.value is None and axis.text == "not trained: timed out"
     assert board.unfinished("quality", "dot-product") is None
     assert [axis.text for axis in axes(board, "linear")] == ["not trained"]
+
+
+# --- the quality plots: readable (#30) -----------------------------------------------------------------------
+
+
+def _drawn_figures(monkeypatch) -> dict:
+    """Every figure the quality suite saves, by file name, kept open after it is drawn as on the board."""
+    from types import SimpleNamespace
+
+    import zoo.plots as plots_
+
+    drawn, real_save = {}, plots_.save
+    monkeypatch.setattr(plots_, "save", lambda plt, fig, name: drawn.setdefault(name, fig) and real_save(
+        SimpleNamespace(close=lambda figure: None), fig, name))
+    return drawn
+
+
+def _label_boxes(ax):
+    """Each label's text as drawn (pixels), without its leader line."""
+    from matplotlib.text import Text
+
+    renderer = ax.figure.canvas.get_renderer()
+    return [(label.get_text(), Text.get_window_extent(label, renderer)) for label in ax.texts]
+
+
+def _marker_boxes(ax):
+    """Each scatter point's marker (pixels)."""
+    import numpy as np
+    from matplotlib.collections import PathCollection
+    from matplotlib.transforms import Bbox
+
+    boxes = []
+    for collection in ax.collections:
+        if isinstance(collection, PathCollection) and len(collection.get_offsets()):
+            radius = np.sqrt(collection.get_sizes()[0]) / 2 * ax.figure.dpi / 72
+            for x, y in collection.get_offset_transform().transform(collection.get_offsets()):
+                boxes.append(Bbox.from_extents(x - radius, y - radius, x + radius, y + radius))
+    return boxes
+
+
+def _assert_readable(ax, expected_labels: int):
+    """No two labels overlap, none leaves the axes, covers a point or the legend."""
+    labels = _label_boxes(ax)
+    assert len(labels) == expected_labels
+    for i, (text, box) in enumerate(labels):
+        assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1 and ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1, text
+        for other, other_box in labels[i + 1:]:
+            assert not box.overlaps(other_box), (text, other)
+        assert not any(box.overlaps(marker) for marker in _marker_boxes(ax)), text
+        legend = ax.get_legend()
+        assert legend is None or not box.overlaps(legend.get_window_extent()), text
+
+
+def test_no_label_of_the_committed_recall_vs_state_plot_overlaps_another_a_point_or_the_legend(monkeypatch):
+    """The committed board's recall-versus-state points, drawn as the board draws them: its crowded corner
+    (gla, gated-deltanet, linear, retention at ~4 KB) and column (nine variants at ~32 KB) once had "gated-deltanet"
+    run into "linear" and "based feature_dim=4" into "windowed"."""
+    import json
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from zoo.suites.quality import _recall_state_plot
+
+    results = pd.read_csv(Path(__file__).resolve().parents[2] / "leaderboard" / "results.csv")
+    quality = results[results.suite == "quality"].copy()
+    quality["params"] = quality.params.map(lambda p: json.loads(p) if isinstance(p, str) else None)
+    board = SimpleNamespace(variants=sorted(set(results.variant)), ranked=lambda variant: True)
+    drawn = _drawn_figures(monkeypatch)
+    assert _recall_state_plot(board, quality) is not None
+    [ax] = drawn["recall-vs-state.png"].axes
+    most = quality[quality.check == "recall-vs-pairs"].n.max()
+    points = set(quality[(quality.check == "recall-state-bytes") & (quality.n == most)].variant)
+    dials = len(quality[(quality.check == "recall-dial") & (quality.n == most)].dropna(subset=["value"]))
+    assert len(points) > 10 and dials  # a crowded plot: the test tests something
+    _assert_readable(ax, len(points) + dials)
+
+
+def test_labels_of_a_tight_cluster_are_placed_apart_and_off_the_points():
+    """Twelve points within a few pixels of each other and a legend: every label finds its own place."""
+    from types import SimpleNamespace
+
+    import zoo.plots as plots_
+
+    plt = plots_.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    points = [(1.0 + 0.004 * i, 0.5 + 0.003 * (i % 4), f"variant-{i}") for i in range(12)]
+    ax.scatter([x for x, _, _ in points], [y for _, y, _ in points], s=40)
+    ax.plot([0.9, 1.2], [0.5, 0.5], label="a line")
+    ax.set_xlim(0.8, 1.3)
+    ax.set_ylim(0, 1)
+    ax.legend()
+    plots_.label_points(ax, points)
+    plots_.save(SimpleNamespace(close=lambda figure: None), fig, "cluster.png")  # laid out, labelled, drawn
+    _assert_readable(ax, len(points))
+    plt.close(fig)
+
+
+def _recall_board(registry, tmp_path, monkeypatch, unranked: set[str]):
+    """A board of three variants' recall rows, stored: dot-product and linear over two seeds, retention over one;
+    the board ranks all but ``unranked``."""
+    from zoo.board import Board
+    from zoo.checks import Result
+    from zoo.store import Store
+
+    seeds = {"dot-product": {8: (1.0, 0.96), 16: (0.9, 0.7), 32: (0.6, 0.4)},
+             "linear": {8: (0.9, 0.8), 16: (0.5, 0.3), 32: (0.2, 0.1)},
+             "retention": {8: (0.85,), 16: (0.45,), 32: (0.15,)}}
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(get_profile("smoke").as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    for variant, curve in seeds.items():
+        rows = []
+        for pairs, scores in curve.items():
+            task = {"task": f"recall-{pairs}-pairs"}
+            rows += [Result("accuracy-seed", "measured", f"{task['task']} seed={s}", v, "fraction",
+                            params={**task, "seed": s}) for s, v in enumerate(scores)]
+            mean = sum(scores) / len(scores)
+            rows += [Result("accuracy", "measured", task["task"], mean, "fraction", params=task),
+                     Result("train-seconds", "measured", task["task"], 1.0 + len(variant) / 10, "s", params=task),
+                     Result("recall-vs-pairs", "measured", f"pairs={pairs}", mean, "fraction", n=pairs),
+                     Result("recall-state-bytes", "measured", f"pairs={pairs}", 1000.0 * (len(variant) + pairs),
+                            "bytes", n=pairs)]
+        store.record_job(run, variant, "quality", "done", 1.0, {"card": registry.variant(variant).card()},
+                         [r.as_dict() for r in rows])
+    board = Board.of(store, run, registry.suites)
+    monkeypatch.setattr(Board, "ranked", lambda self, variant: variant not in unranked)
+    return board, seeds
+
+
+def test_the_recall_plots_grey_a_variant_the_board_does_not_rank(registry, tmp_path, monkeypatch):
+    """As the speed and complexity plots do: grey, an x, a dotted line, "(not ranked)"; the others keep the colour
+    their name has on every plot."""
+    from matplotlib.colors import to_rgba
+
+    import zoo.plots as plots_
+    from zoo.suites.quality import section
+
+    board, _ = _recall_board(registry, tmp_path, monkeypatch, unranked={"linear"})
+    drawn = _drawn_figures(monkeypatch)
+    section(board)
+    colour = plots_.variant_styles(board.variants)
+    lines = {line.get_label(): line for line in drawn["recall-vs-pairs.png"].axes[0].lines}
+    assert to_rgba(lines["linear (not ranked)"].get_color()) == to_rgba(plots_.GREY)
+    assert lines["linear (not ranked)"].get_marker() == "x" and lines["linear (not ranked)"].get_linestyle() == ":"
+    for variant in ("dot-product", "retention"):
+        assert to_rgba(lines[variant].get_color()) == to_rgba(colour[variant][0]) != to_rgba(plots_.GREY)
+    [ax] = drawn["recall-vs-state.png"].axes
+    state = {v: 1000.0 * (len(v) + 32) for v in ("dot-product", "linear", "retention")}
+    drawn_colours = {}
+    for collection in ax.collections:
+        for (x, _), face in zip(collection.get_offsets() if hasattr(collection, "get_offsets") else [],
+                                collection.get_facecolors()):
+            drawn_colours.setdefault(next((v for v, s in state.items() if abs(x - s) < 1e-6), None), to_rgba(face))
+    assert drawn_colours["linear"] == to_rgba(plots_.GREY)
+    assert drawn_colours["dot-product"] == to_rgba(colour["dot-product"][0])
+    assert {t.get_text() for t in ax.texts} == {"dot-product", "linear (not ranked)", "retention"}
+
+
+def test_the_quality_plots_show_the_spread_over_seeds_where_two_or_more_trained(registry, tmp_path, monkeypatch):
+    """A bar of one standard deviation over the seeds at each recall point of a variant trained over two seeds (on
+    the recall curve, the recall-versus-state plot and the accuracy plot), none for one trained over one."""
+    import statistics
+
+    from matplotlib.collections import LineCollection
+
+    from zoo.suites.quality import section
+
+    board, seeds = _recall_board(registry, tmp_path, monkeypatch, unranked=set())
+    drawn = _drawn_figures(monkeypatch)
+    section(board)
+
+    def bars(ax):
+        return sorted((round(float(a[0]), 6), round(float(a[1]), 6), round(float(b[1]), 6))
+                      for c in ax.collections if isinstance(c, LineCollection) for a, b in c.get_segments()
+                      if a[0] == b[0])
+
+    def bar(x, scores):
+        mean, std = statistics.mean(scores), statistics.stdev(scores)
+        return round(float(x), 6), round(mean - std, 6), round(mean + std, 6)
+
+    two = ("dot-product", "linear")
+    assert bars(drawn["recall-vs-pairs.png"].axes[0]) == sorted(
+        bar(pairs, scores) for v in two for pairs, scores in seeds[v].items())
+    assert bars(drawn["recall-vs-state.png"].axes[0]) == sorted(
+        bar(1000.0 * (len(v) + 32), seeds[v][32]) for v in two)
+    accuracy = drawn["accuracy-vs-speed.png"].axes[0]
+    assert len(bars(accuracy)) == 2  # dot-product's and linear's mean accuracy; retention's one seed: none
+    assert any("std over" in text.get_text() for text in accuracy.get_legend().get_texts())

@@ -419,8 +419,8 @@ def section(board) -> zoo.Section:
             "fixed width: more key-value pairs to hold, from a key vocabulary twice their number. Softmax "
             "attention can look each key up exactly; a fixed-size state (linear attention) must compress all "
             f"pairs and is expected to fall behind as they grow. Settings at the largest: {example}."]))
-    plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(curve),
-                               _recall_state_plot(quality)) if plot]
+    plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(board, curve),
+                               _recall_state_plot(board, quality)) if plot]
     return zoo.Section("Quality", [
         f"From {source}. Each variant trains with its plugin's quality options (*trained with*: a window, blocks or "
         "a projection shorter than the tasks' 16-144 tokens, so its structure is exercised; at its defaults it "
@@ -433,13 +433,16 @@ def section(board) -> zoo.Section:
 def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None,
                  panels: list[tuple[str, str, frozenset]] | None = None, greyed: frozenset = frozenset(),
                  palette: tuple[str, ...] = (), dials: dict[str, list[tuple[float, float, str]]] | None = None,
-                 spread: dict[str, tuple[float, float]] | None = None):
+                 spread: dict[str, tuple[float, float]] | None = None, y_spread: dict[str, float] | None = None,
+                 y_spread_label: str = "bar: ± 1 std over the seeds"):
     """One point per variant, x (a cost, log scale, lower is better) against y (higher is better), the Pareto front
     joined: the variants no other beats on both at once; ``panels`` (title, x label, variants) side by side, each
     with its own front, else one; ``greyed`` variants (not ranked) in grey; ``dials``: per variant, (x, y, label)
     points of its other settings, joined to its point by a dotted line in its colour (not on the front, which
-    compares the variants as they are); ``spread``: per variant, the (low, high) interval of its x, drawn as a bar.
-    None when no variant has both."""
+    compares the variants as they are); ``spread``: per variant, the (low, high) interval of its x, drawn as a bar;
+    ``y_spread``: per variant, the standard deviation of its y over seeds, drawn as a bar of one either side
+    (``y_spread_label`` in the legend). Labels never cover a point, the legend or each other
+    (:func:`zoo.plots.place_labels`). None when no variant has both."""
     points = pd.DataFrame({"x": x, "y": y}).dropna().sort_values(["x", "y"], ascending=[True, False])
     panels = [(t, label, members) for t, label, members in panels or [("", xlabel, frozenset(points.index))]
               if members & set(points.index)]
@@ -459,13 +462,23 @@ def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str
             if low is not None and high is not None and low <= point.x <= high:
                 ax.errorbar(point.x, point.y, xerr=[[point.x - low], [high - point.x]], fmt="none", ecolor=color,
                             elinewidth=1, capsize=2, alpha=0.7, zorder=2)
+            std = (y_spread or {}).get(variant)
+            if std is not None and std > 0:
+                ax.errorbar(point.x, point.y, yerr=std, fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.7,
+                            zorder=2)
+        # each point named, then its dial's settings: the variants get the nearest free places
+        plots_.label_points(ax, [(point.x, point.y, variant) for variant, point in mine.iterrows()
+                                 if variant not in greyed])
+        plots_.label_points(ax, [(point.x, point.y, variant + " (not ranked)")
+                                 for variant, point in mine.iterrows() if variant in greyed], color="0.45")
         for variant, settings in (dials or {}).items():
             if variant not in mine.index or not settings:
                 continue
             line = sorted([(mine.x[variant], mine.y[variant])] + [(x, y) for x, y, _ in settings])
-            ax.plot([x for x, _ in line], [y for _, y in line], linestyle=":", marker=".", zorder=1,
-                    color=styles[variant][0])
-            plots_.label_points(ax, [(x, y, f"{variant} {label}") for x, y, label in settings])
+            color = plots_.GREY if variant in greyed else styles[variant][0]
+            ax.plot([x for x, _ in line], [y for _, y in line], linestyle=":", marker=".", zorder=1, color=color)
+            plots_.label_points(ax, [(x, y, f"{variant} {label}") for x, y, label in settings],
+                                color="0.45" if variant in greyed else "black")
         if dials:
             ax.plot([], [], linestyle=":", marker=".", color="0.3", label="a variant's state dial (other options)")
         for marker, meaning in (("o", "on the front"), ("x", "behind it: another is better on both")):
@@ -473,9 +486,11 @@ def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str
         if spread:
             ax.errorbar([], [], xerr=[[], []], fmt="none", ecolor="0.3", capsize=2,
                         label="bar: the ratio's interval (processes, earlier runs)")
+        if any((y_spread or {}).get(v, 0) > 0 for v in mine.index):
+            ax.errorbar([], [], yerr=[[], []], fmt="none", ecolor="0.3", capsize=2, label=y_spread_label)
+        if greyed & set(mine.index):
+            ax.scatter([], [], marker="o", color=plots_.GREY, label="grey: not ranked on this board")
         ax.set_xscale("log")
-        plots_.label_points(ax, [(point.x, point.y, variant + (" (not ranked)" if variant in greyed else ""))
-                                 for variant, point in mine.iterrows()])
         ax.set_xlabel(label, fontsize=8 if len(label) > 70 else None)
         ax.set_ylabel(ylabel)
         if title:
@@ -500,7 +515,9 @@ def _accuracy_plot(board, quality, figures):
     if not ranked:
         x = quality[quality.check == "train-seconds"].groupby("variant").value.sum().reindex(accuracy.index)
         return _pareto_plot(x, accuracy, "training seconds over all tasks (lower is faster)",
-                            "mean accuracy over the quality tasks", "accuracy-vs-speed.png")
+                            "mean accuracy over the quality tasks", "accuracy-vs-speed.png",
+                            palette=tuple(board.variants), y_spread=_seed_spreads(quality),
+                            y_spread_label="bar: ± 1 std over seeds of the mean accuracy")
     x = pd.Series({v: f.value for v, f in ranked.items()}).reindex(accuracy.index)
     panels = []
     for kind, title in KIND_TITLES.items():
@@ -510,13 +527,36 @@ def _accuracy_plot(board, quality, figures):
             panels.append((title, "; ".join(columns) + " (lower is faster)", members))
     spread = {v: (f.low, f.high) for v, f in ranked.items()}
     return _pareto_plot(x, accuracy, "", "mean accuracy over the quality tasks", "accuracy-vs-speed.png",
-                        panels=panels, greyed=plots_.unranked(board), palette=tuple(board.variants), spread=spread)
+                        panels=panels, greyed=plots_.unranked(board), palette=tuple(board.variants), spread=spread,
+                        y_spread=_seed_spreads(quality), y_spread_label="bar: ± 1 std over seeds of the mean accuracy")
 
 
-def _recall_state_plot(quality):
+def _seed_spreads(quality) -> dict[str, float]:
+    """Each variant's :func:`seed_spread` (where it has one: two or more seeds that trained every task)."""
+    spreads = {variant: seed_spread(quality[quality.variant == variant]) for variant in set(quality.variant)}
+    return {variant: spread for variant, spread in spreads.items() if spread is not None}
+
+
+def recall_spread(quality) -> dict[tuple[str, int], float]:
+    """Each variant's standard deviation over seeds of its recall at each number of pairs (the recall curve's n),
+    from the recall tasks' ``accuracy-seed`` rows: only where two or more seeds trained that task."""
+    pairs_of = {task.name: task.pairs for task in default_tasks() if task.pairs}
+    seeds = quality[quality.check == "accuracy-seed"].dropna(subset=["value"])
+    if seeds.empty:
+        return {}
+    keyed = pd.DataFrame({"variant": seeds.variant, "task": tasks_of(seeds), "seed": _param(seeds, "seed"),
+                          "value": seeds.value}).dropna()
+    keyed = keyed[keyed.task.isin(pairs_of)]
+    scores = keyed.groupby(["variant", "task", "seed"]).value.last()  # a seed stored twice: its latest
+    return {(variant, pairs_of[task]): float(values.std(ddof=1))
+            for (variant, task), values in scores.groupby(level=["variant", "task"]) if len(values) > 1}
+
+
+def _recall_state_plot(board, quality):
     """Recall at the largest number of pairs against the state the task's model keeps per sequence while decoding,
     one point per variant that decodes, with its Pareto front (Based, Arora et al. 2024: the recall a state
-    size buys)."""
+    size buys); each variant in its board-wide colour, grey where the board does not rank it, a bar of one standard
+    deviation over the seeds where two or more trained."""
     states = quality[quality.check == "recall-state-bytes"].dropna(subset=["value", "n"])
     curve = quality[quality.check == "recall-vs-pairs"].dropna(subset=["value", "n"])
     if states.empty or curve.empty:
@@ -533,8 +573,11 @@ def _recall_state_plot(quality):
         key = (row.variant, row.params["option"], row.params["value"]) if isinstance(row.params, dict) else None
         if key in state_of:
             dials.setdefault(row.variant, []).append((float(state_of[key]), float(row.value), f"{key[1]}={key[2]}"))
+    spread = {variant: std for (variant, at), std in recall_spread(quality).items() if at == pairs}
     return _pareto_plot(state, recall, "decoding state per sequence of the recall model at the task's length (bytes)",
-                        f"associative recall at {pairs} pairs", "recall-vs-state.png", top=1.02, dials=dials)
+                        f"associative recall at {pairs} pairs", "recall-vs-state.png", top=1.02, dials=dials,
+                        greyed=plots_.unranked(board), palette=tuple(board.variants), y_spread=spread,
+                        y_spread_label="bar: ± 1 std over the seeds")
 
 
 def _recall_at(curve, variant, pairs):
@@ -543,16 +586,30 @@ def _recall_at(curve, variant, pairs):
     return None if hit.empty else float(hit.value.iloc[-1])
 
 
-def _recall_plot(curve):
+def _recall_plot(board, curve):
+    """Recall against the number of pairs, one line per variant in the style its name has on every plot (grey and
+    dotted where the board does not rank it), with a bar of one standard deviation over the seeds at each point
+    where two or more trained; the legend beside the axes, off the data."""
     if curve.empty:
         return None
     plt = plots_.pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    styles = plots_.variant_styles(sorted(set(curve.variant)))  # each variant as it looks on every other plot
+    greyed = plots_.unranked(board)
+    styles = plots_.variant_styles(sorted(set(curve.variant) | set(board.variants)))  # as on every other plot
+    spread = recall_spread(board.rows(SUITE))
     for variant, series in curve.groupby("variant"):
         series = series.sort_values("n")
-        color, marker, dashes = styles[variant]
-        ax.plot(series.n.astype(float), series.value, color=color, marker=marker, linestyle=dashes, label=variant)
+        color, marker, dashes = plots_.GREY_STYLE if variant in greyed else styles[variant]
+        ranked = variant not in greyed
+        ax.plot(series.n.astype(float), series.value, color=color, marker=marker, linestyle=dashes,
+                label=variant if ranked else f"{variant} (not ranked)", zorder=2 if ranked else 1)
+        bars = [(float(n), float(value), spread[(variant, int(n))]) for n, value in zip(series.n, series.value)
+                if spread.get((variant, int(n)), 0) > 0]
+        if bars:
+            ax.errorbar([n for n, _, _ in bars], [v for _, v, _ in bars], yerr=[s for _, _, s in bars], fmt="none",
+                        ecolor=color, elinewidth=1, capsize=2, alpha=0.6, zorder=2 if ranked else 1)
+    if spread:
+        ax.errorbar([], [], yerr=[[], []], fmt="none", ecolor="0.3", capsize=2, label="bar: ± 1 std over the seeds")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(curve.n.astype(float))), [str(int(p)) for p in sorted(set(curve.n))])
     ax.set_xlabel("key-value pairs to recall (key vocabulary grows with them; model width fixed)")
