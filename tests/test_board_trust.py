@@ -438,10 +438,36 @@ def test_a_noisy_first_run_on_another_kind_of_machine_is_judged_against_the_boar
     second = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path, warn=warnings.append)
     assert _shown_run(_leaderboard(tmp_path)) == first
     assert len(warnings) == 1 and f"run {second.attrs['run_id']} did not replace the board" in warnings[0]
-    assert "50.0x the board's (run on another kind of machine or with other settings) 0.02" in warnings[0]
+    assert "50.0x the board's (measured on another kind of machine) 0.02" in warnings[0]
     assert _shown_run((tmp_path / "held-back" / "README.md").read_text()) == second.attrs["run_id"]
     third = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path).attrs["run_id"]
     assert _shown_run(_leaderboard(tmp_path)) == third
+
+
+def test_the_noise_rule_judges_other_settings_on_the_boards_machine_by_their_own_runs_and_sees_past_untimed_runs(
+        tmp_path, monkeypatch):
+    """A settings change on the board's machine measures spreads another way: its first run replaces the board
+    however it compares. A run that timed nothing (quality alone) leaves the board's cells the reference: a busy
+    run on another machine after it is still held back."""
+    import zoo
+    from zoo import environment, leaderboard
+
+    measured, here = leaderboard.run_noise, environment.fingerprint
+    spreads = [0.02, 0.5, None, 2.0]  # the board's; other settings, same machine; untimed; another machine, busy
+    monkeypatch.setattr(leaderboard, "run_noise", lambda store, run, suites: (
+        lambda spread: measured(store, run, suites).iloc[:0] if spread is None else
+        measured(store, run, suites) * 0 + spread)(spreads[list(store.runs().run_id).index(run)]))
+    first = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path).attrs["run_id"]
+    second = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path,
+                     suite_settings={"speed": {"repeats": 3}}).attrs["run_id"]
+    assert _shown_run(_leaderboard(tmp_path)) == second and not (tmp_path / "held-back").exists()
+    third = zoo.run(["dot-product"], suites=["correctness"], profile="smoke", out=tmp_path,
+                    suite_settings={"correctness": {"cases": 2}}).attrs["run_id"]
+    assert _shown_run(_leaderboard(tmp_path)) == third
+    monkeypatch.setattr(environment, "fingerprint", lambda *args: {**here(*args), "cpu": "Another CPU"})
+    fourth = zoo.run(["dot-product"], suites=["speed"], profile="smoke", out=tmp_path).attrs["run_id"]
+    assert _shown_run(_leaderboard(tmp_path)) == third
+    assert _shown_run((tmp_path / "held-back" / "README.md").read_text()) == fourth
 
 
 def test_a_run_on_another_machine_does_not_replace_a_board_it_measured_less_of(tmp_path, capsys, monkeypatch):

@@ -178,41 +178,44 @@ def held_back_reason(new: pd.Series, board: pd.Series, against: str = "the board
 
 def board_run(store: Store, suites: dict[str, Suite] | None = None) -> tuple[str | None, dict[str, str]]:
     """The run a folder's board shows, and the runs held back (run -> why). Runs are taken in the order they
-    started; each replaces the board unless its timings are far noisier (:func:`held_back_reason`) than the cells
-    of the board it would replace (each cell's spread in the latest run not held back that timed it, among the runs
-    of its settings and machine: a run of one variant does not make a whole run-all the reference's cells; a run of
-    settings or a machine no earlier run had is judged against the cells of the board it would replace, so a fresh
-    clone's run on a busy machine of another kind does not replace the committed board either), or it
-    ran on another kind of machine and did not measure every variant the board's machine did
-    (:func:`narrower_reason`): a busy machine, or one variant run on another machine, never writes over a board,
-    and the held-back run stays in the store (``zoo leaderboard --run`` publishes it). Runs of other settings on
-    the board's machine replace it as before: a board's own runs differ in the suites they set (the long board's
-    speed and quality runs), and each suite's rows are matched by that suite's settings."""
+    started; each replaces the board unless its timings are far noisier (:func:`held_back_reason`) than the
+    board's cells, or it ran on another kind of machine and did not measure every variant the board's machine did
+    (:func:`narrower_reason`): a busy machine, or one variant run on another machine, never writes over a board, and
+    the held-back run stays in the store (``zoo leaderboard --run`` publishes it). The board's cells a run is judged
+    against: each cell's spread in the latest run not held back that timed it, among the runs of its own settings
+    and machine (a run of one variant does not make a whole run-all the reference's cells); where those timed
+    nothing and for a run on another kind of machine than the board's (a fresh clone's first run-all), among every
+    run not held back. Runs of other settings on the board's machine are not judged by runs of other settings: a
+    board's own runs differ in the suites they set (the long board's speed and quality runs), a settings change
+    changes how a spread is measured, and each suite's rows are matched by that suite's settings."""
     from .api import default_registry
 
     suites = registered_suites() if suites is None else suites
     registered = set(default_registry().list_variants())
-    shown, shown_machine, shown_group, reference, held, covered = None, None, None, {}, {}, {}
+    shown, shown_machine, reference, held, covered = None, None, {}, {}, {}
+    board = pd.Series(dtype=float)  # every cell's spread in the latest run not held back that timed it
     for run in store.runs().run_id:
         noise = run_noise(store, run, suites)
         group, machine = board_group(store, run), machine_kind(store.environment(run))
-        against = (reference[group], "the board's") if group in reference else (
-            reference.get(shown_group, pd.Series(dtype=float)), "the board's (run on another kind of machine or "
-            "with other settings)")
-        if why := held_back_reason(noise, *against):
+        own = reference.get(group, pd.Series(dtype=float))
+        elsewhere = shown is not None and machine != shown_machine
+        against = (own, "the board's") if not own.empty else (
+            (board, "the board's (measured on another kind of machine)" if elsewhere else "the board's")
+            if elsewhere or group in reference else None)
+        if against is not None and (why := held_back_reason(noise, *against)):
             held[run] = why
             continue
         measured = set(store.jobs(run).variant)
-        if shown is not None and machine != shown_machine and (why := narrower_reason(
-                store, run, shown, measured, covered[shown_machine] & registered)):
+        if elsewhere and (why := narrower_reason(store, run, shown, measured, covered[shown_machine] & registered)):
             held[run] = why
             continue
         covered[machine] = covered.get(machine, set()) | measured
-        if group not in reference or reference[group].empty:
-            reference[group] = noise
-        elif not noise.empty:
-            reference[group] = noise.combine_first(reference[group])
-        shown, shown_machine, shown_group = run, machine, group
+        if not noise.empty:
+            reference[group] = noise.combine_first(own)
+            board = noise.combine_first(board)
+        else:
+            reference.setdefault(group, own)
+        shown, shown_machine = run, machine
     return shown, held
 
 
