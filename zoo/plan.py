@@ -66,8 +66,15 @@ def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> 
     (n0, v0), (n1, v1) = points[0], points[-1]
     if v0 <= 0 or v1 <= 0 or n0 == n1:
         return v1
-    slope = min(max(math.log(v1 / v0) / math.log(n1 / n0), floor, 0.0), 4.0)
+    slope = min(max(loglog_slope(points[0], points[-1]), floor, 0.0), 4.0)
     return v1 * (n / n1) ** slope
+
+
+def loglog_slope(first: tuple[int, float], last: tuple[int, float]) -> float:
+    """How fast a cost grows between two counted (length, cost) points: the log-log slope (infinite where the
+    first counted nothing, or the lengths are the same)."""
+    (n0, v0), (n1, v1) = first, last
+    return math.log(v1 / v0) / math.log(n1 / n0) if v0 > 0 and v1 > 0 and n0 != n1 else math.inf
 
 
 def out_of_memory(exc: BaseException) -> bool:

@@ -93,15 +93,44 @@ def test_a_prefill_counted_below_a_window_is_not_extrapolated_as_quadratic(regis
     windowed = registry.variant("windowed")
     variant = dataclasses.replace(windowed, options={**windowed.options, "window": 256, "block": 256})
     d_model, heads, context = 64, 2, 8192
-    predicted = prefill_predictor(variant, d_model, heads)(1, context)
+    predicted = prefill_predictor(variant, d_model, heads, context)(1, context)
     torch.manual_seed(0)
     module = zoo.build(variant, d_model=d_model, num_heads=heads)
     x = torch.randn(1, context, d_model)
     with torch.no_grad():
         counted = count_flops(lambda: module(x, x, x, is_causal=True)) / 1e9
     assert counted <= predicted <= 1.5 * counted, (predicted, counted)
-    dense = prefill_predictor(registry.variant("additive"), d_model, heads)  # claims quadratic: counted at two lengths
+    dense = prefill_predictor(registry.variant("additive"), d_model, heads, context)  # claims quadratic: two lengths
     assert dense(1, 256) / dense(1, 128) > 3.5
+
+
+def test_a_probe_length_the_module_cannot_take_stops_the_counting_and_not_the_suite(registry, monkeypatch):
+    """A module that refuses sequences past 256 tokens is counted up to there, and its prefills predicted from
+    what was counted (inside its window of 512: as if quadratic, over what counting on would give); one that
+    refuses every length is predicted nothing, so its cells are tried (and fail there, each with its reason)."""
+    windowed = registry.variant("windowed")
+    variant = dataclasses.replace(windowed, options={**windowed.options, "window": 512, "block": 512})
+    build = zoo.build
+
+    class Refusing(torch.nn.Module):
+        def __init__(self, module, longest):
+            super().__init__()
+            self.module, self.longest = module, longest
+
+        def forward(self, query, key, value, **kwargs):
+            if query.shape[1] > self.longest:
+                raise ValueError(f"longer than {self.longest}")
+            return self.module(query, key, value, **kwargs)
+
+    def refusing(longest):
+        return lambda *args, **kwargs: Refusing(build(*args, **kwargs), longest)
+
+    unbounded = prefill_predictor(variant, 64, 2, 4096)
+    monkeypatch.setattr(zoo, "build", refusing(256))
+    predicted = prefill_predictor(variant, 64, 2, 4096)
+    assert predicted(1, 4096) > unbounded(1, 4096) > 0  # counted inside its window only: the safe side, quadratic
+    monkeypatch.setattr(zoo, "build", refusing(0))
+    assert prefill_predictor(variant, 64, 2, 4096)(16, 4096) == 0.0
 
 
 def test_the_state_at_long_contexts_comes_from_the_checked_formula_and_says_so(registry):

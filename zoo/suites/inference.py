@@ -33,7 +33,7 @@ from zoo.board import Footnotes, failure_words, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.environment import counted_once, run_shared
 from zoo.measure import bytes_read, count_flops
-from zoo.plan import extrapolate, out_of_memory
+from zoo.plan import extrapolate, loglog_slope, out_of_memory
 from zoo.timing import figure, strays
 
 SUITE = "inference"
@@ -122,13 +122,14 @@ PROBE_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 """Where a prefill without an analytic FLOP count is counted, in order, until its growth settles."""
 
 
-def prefill_predictor(variant, d_model: int, heads: int):
+def prefill_predictor(variant, d_model: int, heads: int, longest: int):
     """``(batch, context) -> GFLOP``: a prefill's predicted FLOPs. The plugin's analytic count of the forward over
     the context (queries against every key: an upper bound for a causal prefill), else the causal forward's counted
-    FLOPs at doubling lengths, extrapolated from the last two at least as steeply as the claimed time exponent.
-    Counting stops once two lengths in a row grow no faster than the claim (within 0.25): a window or block longer
-    than the first lengths makes them grow quadratically, and extrapolating that would leave a linear variant's
-    long prefill out of the plan. No clock decides."""
+    FLOPs at doubling lengths up to ``longest`` (the profile's longest context), extrapolated from the last two at
+    least as steeply as the claimed time exponent. Counting stops once two lengths in a row grow no faster than the
+    claim (within 0.25): a window or block longer than the first lengths makes them grow quadratically, and
+    extrapolating that would leave a linear variant's long prefill out of the plan. A length the module cannot
+    take stops the counting too (the cells it can take are still planned). No clock decides."""
     options = dict(variant.options)
     if variant.flops is not None:
         return lambda batch, context: float(variant.flops(batch=batch, q_len=context, k_len=context, d_model=d_model,
@@ -137,19 +138,21 @@ def prefill_predictor(variant, d_model: int, heads: int):
     module = zoo.build(variant, d_model=d_model, num_heads=heads)
     claim = variant.complexity.time
     points = []
-    for n in PROBE_LENGTHS:
+    for n in (n for n in PROBE_LENGTHS if n <= max(longest, PROBE_LENGTHS[0])):
         x = torch.randn(1, n, d_model)
-        with torch.no_grad():
-            points.append((n, float(count_flops(lambda: module(x, x, x, is_causal=not variant.decoder.context)))))
-        if len(points) > 1 and growth(points[-2:]) <= claim + 0.25:
+        try:
+            with torch.no_grad():
+                points.append((n, float(count_flops(lambda: module(x, x, x, is_causal=not variant.decoder.context)))))
+        except Exception:  # noqa: BLE001 - the cell that needs this length fails on its own, with its reason
             break
+        if len(points) > 1 and loglog_slope(*points[-2:]) <= claim + 0.25:
+            break
+    if not points:
+        return lambda batch, context: 0.0  # nothing counted: every cell is tried, and says why it fails
+    if len(points) == 1:  # one length counted: grown at the claimed exponent
+        (n, flops), = points
+        return lambda batch, context: batch * flops * (context / n) ** claim / 1e9
     return lambda batch, context: batch * extrapolate(context, points[-2:], claim) / 1e9
-
-
-def growth(points) -> float:
-    """The log-log slope between two counted points (infinite where the first counted nothing)."""
-    (n0, v0), (n1, v1) = points
-    return math.log(v1 / v0) / math.log(n1 / n0) if v0 > 0 and v1 > 0 else math.inf
 
 
 def itemsize(profile) -> int:
@@ -318,7 +321,7 @@ def run_inference(variant, profile):
         yield Result("decode-time", SKIPPED, detail=reason)
         return
     mode = mode_of(variant)
-    prefill_gflop = prefill_predictor(variant, settings.d_model, settings.heads)
+    prefill_gflop = prefill_predictor(variant, settings.d_model, settings.heads, max(settings.contexts))
     for batch in settings.batches:
         counted = []
         plan = {context: planned_out(variant, settings, profile, batch, context, prefill_gflop)
