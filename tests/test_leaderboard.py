@@ -464,7 +464,7 @@ def test_an_unranked_variants_page_gives_the_command_that_measures_it_again(regi
                          [{"check": "x", "status": status, "detail": "off by 1"}])
     board = Board.of(store, run, registry.suites)
     failing, unchecked = why_unranked(board, "dot-product"), why_unranked(board, "linear")
-    assert failing.startswith("correctness/x: off by 1; once the plugin is fixed, measure it again with: "
+    assert failing.startswith("correctness/x: off by 1; to measure it again: "
                               "zoo run dot-product --suite correctness")
     assert unchecked.startswith("the correctness suite has not run on it with these settings; run it with: "
                                 "zoo run linear --suite correctness")

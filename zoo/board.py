@@ -83,12 +83,6 @@ def fmt_exp(value) -> str:
     return "" if value is None else f"{value:.2f}"
 
 
-def failure_words(why: str) -> str:
-    """The first words of why a worker did not finish ('timed out', 'out of memory', 'worker crashed with signal
-    SIGKILL'): what a table cell says where the figure is missing, its footnote the whole reason."""
-    return re.split(r"[:;(]", why, maxsplit=1)[0].strip()
-
-
 class Footnotes:
     """Numbered reasons for empty cells, shared by the tables above them."""
 
@@ -527,12 +521,17 @@ class Board:
         return {suite: sorted(set(mine[mine.suite == suite].run_id))
                 for suite in sorted(set(mine.suite), key=lambda n: self.suite(n).order)}
 
-    def unfinished(self, suite: str, variant: str) -> str | None:
-        """Why the worker of ``variant``'s ``suite`` job did not finish (a timeout, a crash; None: it did), so a
-        figure it leaves missing says why ('timed out') rather than only that it is missing."""
+    def unfinished(self, suite: str, variant: str) -> tuple[str, str] | None:
+        """(kind, whole reason) where the worker of ``variant``'s ``suite`` job did not finish (None: it did), so a
+        figure it leaves missing says why ('timed out') rather than only that it is missing. The kind is the
+        failure row's own (:data:`zoo.runner.UNFINISHED`); a row stored before it had one: 'did not finish'."""
         rows = self.rows(suite, variant)
         rows = rows[rows.check == WORKER_CHECK]
-        return None if rows.empty else str(rows.detail.iloc[-1])
+        if rows.empty:
+            return None
+        last = rows.iloc[-1]
+        params = last.params if isinstance(last.params, dict) else {}
+        return str(params.get("unfinished") or "did not finish"), str(last.detail)
 
     def refresh_command(self, variant: str, suites: list[str], markdown: bool = False) -> str:
         """The command that measures ``suites`` of ``variant`` on its current source onto this board (``markdown``:

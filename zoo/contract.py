@@ -443,8 +443,9 @@ class Variant:
             if not self.tags.supports_causal and not self.decoder.context:
                 raise RegistrationError(f"variant {self.name!r}: a decoder needs a causal form (tags.supports_causal)")
             self.decoder.validate(self.name)
-        if self.flops is not None:
-            _counts_flops(self.name, self.flops, self.options)
+        if self.flops is not None:  # a cross variant's formula is also asked at key and value widths of their own
+            _counts_flops(self.name, self.flops, {**self.options, **(dict.fromkeys(("kdim", "vdim"), 1)
+                                                                     if self.tags.allows_kv_dims else {})})
         kinds = (("baseline", self.baselines), ("floor", self.floors), ("peer", self.peers))
         for kind, labelled in kinds:
             for label, make in labelled.items():

@@ -94,7 +94,7 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     run_id = run_id or _start(store, settings, command)
     todo = _jobs_to_do(store, run_id, names, chosen, retry_errors, registry, settings.processes)
     pending = len({(job.variant, job.suite) for job in todo})
-    passes = f" in {len(todo)} worker passes" if len(todo) != pending else ""  # a timing's further processes
+    passes = f" ({len(todo)} counting each timing process)" if len(todo) != pending else ""
     progress(f"zoo: run {run_id}: {pending} jobs{passes} ({len(names) * len(chosen) - pending} already done), "
              f"profile {settings.name}, {settings.threads} threads, timings from {settings.processes} process(es), "
              f"results in {folder.database}\n")

@@ -383,7 +383,7 @@ def why_unranked(board: Board, variant: str) -> str:
     """Why ``variant`` is not ranked, for the page."""
     standing, required = board.standings.get(variant), board.required_suites()
     if standing and standing.reasons:
-        return ("; ".join(standing.reasons[:3]) + "; once the plugin is fixed, measure it again with: "
+        return ("; ".join(standing.reasons[:3]) + "; to measure it again: "
                 + board.refresh_command(variant, standing.blocking_suites or required))
     if standing and set(required) & set(standing.stale):
         return (f"its {' and '.join(standing.stale)} rows measured an older source and are left off; "

@@ -244,17 +244,25 @@ def run_in_worker(jobs: list[Job], options: RunOptions, on_check: Callable[[dict
                         timed_out = True
                         _kill(process)
                     time.sleep(0.05)
-        reason = _failure_reason(process.returncode, timed_out, options, log_path)
+        kind, reason = _failure_reason(process.returncode, timed_out, options, log_path)
     undone = [job for job in jobs if (job.variant, job.suite, job.process) not in done]
     for job in undone[:1]:
-        on_job(error_job(job, reason, partial.pop((job.variant, job.suite, job.process), [])))
+        on_job(error_job(job, reason, partial.pop((job.variant, job.suite, job.process), []), kind))
     return undone[1:]
 
 
-def error_job(job: Job, reason: str, checks: list[tuple[str, list[dict]]] | None = None) -> dict:
-    """A job record that did not finish: the checks it had finished, and the ``error`` row saying why."""
+UNFINISHED = ("timed out", "out of memory", "crashed", "exited early", "lost its worker")
+"""The kinds of a job its worker did not finish, as the failure row's ``params["unfinished"]`` names them: what a
+board says where the job's figures are missing."""
+
+
+def error_job(job: Job, reason: str, checks: list[tuple[str, list[dict]]] | None = None,
+              kind: str = "lost its worker") -> dict:
+    """A job record that did not finish: the checks it had finished, and the ``error`` row saying why (``kind``:
+    one of :data:`UNFINISHED`, ``reason`` the whole story)."""
     return {"variant": job.variant, "suite": job.suite, "process": job.process, "status": ERROR,
-            "checks": list(checks or []), "failure": {"check": WORKER_CHECK, "status": ERROR, "detail": reason}}
+            "checks": list(checks or []), "failure": {"check": WORKER_CHECK, "status": ERROR, "detail": reason,
+                                                      "params": {"unfinished": kind}}}
 
 
 @contextlib.contextmanager
@@ -291,23 +299,24 @@ def _kill(process: Worker) -> None:
     process.wait()
 
 
-def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_path: Path) -> str:
+def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_path: Path) -> tuple[str, str]:
+    """Why a worker did not finish its job: its kind (:data:`UNFINISHED`) and the whole reason."""
     log = log_path.read_text(errors="replace").strip().splitlines() if log_path.exists() else []
     last = next((line.strip() for line in reversed(log) if line.strip()), "")
     if timed_out:
-        return f"timed out: the job took longer than the limit of {options.timeout_seconds:g} s (--timeout)"
+        return "timed out", f"timed out: the job took longer than the limit of {options.timeout_seconds:g} s (--timeout)"
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         limit = options.memory_limit_bytes
         cap = f" (it ran under a memory cap of {limit / 2 ** 30:.3g} GiB, --memory-limit)" if limit else ""
-        return f"worker crashed with signal {name}{cap}" + (f"; last output: {last[:300]}" if last else "")
+        return "crashed", f"worker crashed with signal {name}{cap}" + (f"; last output: {last[:300]}" if last else "")
     if "MemoryError" in last or "DefaultCPUAllocator: can't allocate memory" in last or "not enough memory" in last:
         limit = options.memory_limit_bytes
         cap = f" of {limit / 2 ** 30:.1f} GiB (--memory-limit)" if limit else ""
-        return f"out of memory: an allocation went beyond the memory cap{cap}; last output: {last[:300]}"
+        return "out of memory", f"out of memory: an allocation went beyond the memory cap{cap}; last output: {last[:300]}"
     if returncode == 0:
-        return "worker exited before finishing this job"
-    return f"worker exited with status {returncode}" + (f"; last output: {last[:300]}" if last else "")
+        return "exited early", "worker exited before finishing this job"
+    return "exited early", f"worker exited with status {returncode}" + (f"; last output: {last[:300]}" if last else "")
 
 
 def plan_jobs(variants: list[str], suites: list[str], processes: Mapping[str, int] | None = None) -> list[Job]:
@@ -413,33 +422,49 @@ def execute(registry: Registry, store: Store, run_id: str, jobs: list[Job], exec
         done = counts.get(key, 0) if failure else of  # a job its worker did not finish shows how far it got
         progress(_bar(finished[0], total, key, done, of) + f" {seconds:6.1f} s{status}\n")
 
-    def still_running() -> str:
-        since, key = time.monotonic() - last_output[0], last_job[0]
-        last = f" (the last was {key[0]} {key[1]})" if key else ""
-        return f"\r[{finished[0]}/{total}] still running: {since:.0f} s since a check last finished{last}\n"
+    def still_running(quiet: float) -> str:
+        key = last_job[0]
+        since = f"since a check last finished (of {key[0]} {key[1]})" if key else "since the run began"
+        return f"\r[{finished[0]}/{total}] still running: {quiet:.0f} s {since}\n"
 
-    with _heartbeat(progress, still_running, lambda: last_output[0]):
+    with _heartbeat(progress, Heartbeat(still_running, lambda: last_output[0])):
         executor.run(jobs, on_check, on_job)
 
 
 HEARTBEAT_SECONDS = 60.0  # a run that has printed nothing for this long says it is still running
 
 
+@dataclass
+class Heartbeat:
+    """When a run has printed nothing for ``every`` seconds (a check of a long job, one quality training, can take
+    minutes), the line that says it is still running: ``line(quiet seconds)``; ``last_output()``: when it last
+    printed (``time.monotonic``)."""
+
+    line: Callable[[float], str]
+    last_output: Callable[[], float]
+    every: float | None = None  # None: HEARTBEAT_SECONDS
+    said: float = float("-inf")
+
+    def due(self, now: float) -> str | None:
+        """The line to print at ``now``, if one is due (each quiet stretch gets one every ``every`` seconds)."""
+        every = HEARTBEAT_SECONDS if self.every is None else self.every
+        since = max(self.last_output(), self.said)
+        if now - since < every:
+            return None
+        self.said = now
+        return self.line(now - self.last_output())
+
+
 @contextlib.contextmanager
-def _heartbeat(progress: Callable[[str], None], line: Callable[[], str], last_event: Callable[[], float],
-               every: float | None = None):
-    """While the body runs, a line from ``line()`` each time nothing happened for ``every`` seconds (a check of
-    a long job, one quality training, can take minutes): a log or a terminal then shows the run is alive."""
-    every = HEARTBEAT_SECONDS if every is None else every
+def _heartbeat(progress: Callable[[str], None], heartbeat: Heartbeat):
+    """While the body runs, print each line ``heartbeat`` says is due, looking once a second (or sooner)."""
     stop = threading.Event()
 
     def beat() -> None:
-        said = 0.0
+        every = HEARTBEAT_SECONDS if heartbeat.every is None else heartbeat.every
         while not stop.wait(min(every, 1.0)):
-            quiet_since = max(last_event(), said)
-            if time.monotonic() - quiet_since >= every:
-                progress(line())
-                said = time.monotonic()
+            if line := heartbeat.due(time.monotonic()):
+                progress(line)
 
     thread = threading.Thread(target=beat, name="zoo-heartbeat", daemon=True)
     thread.start()

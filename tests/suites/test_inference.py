@@ -349,7 +349,7 @@ def test_an_inference_job_that_did_not_finish_says_why_where_its_figures_are_mis
                      timed)
     why = "timed out: the job took longer than the limit of 900 s (--timeout)"
     store.record_job(run, "linear", "inference", ERROR, 900.0, {"card": registry.variant("linear").card()},
-                     [Result(WORKER_CHECK, ERROR, detail=why).as_dict()])
+                     [Result(WORKER_CHECK, ERROR, detail=why, params={"unfinished": "timed out"}).as_dict()])
     board = Board.of(store, run, registry.suites)
     [cell] = columns(board, "linear").values()
     assert cell.startswith("not timed: timed out ") and any(why in line for line in board.notes.lines())
@@ -377,4 +377,4 @@ def test_the_section_says_what_fraction_of_a_step_at_batch_1_is_overhead_for_fix
         overhead[name] = f"{max(1 - fraction, 0):.0%}"
     [line] = [p for p in section(Board.of(store, run, registry.suites)).text if p.startswith("Overhead at batch 1")]
     assert f"fixed-state variants, median {overhead['linear']} of a step (from {overhead['linear']}, linear" in line
-    assert f"cache decoders (a state that grows with the context, or is it), median {overhead['dot-product']}" in line
+    assert f"cache decoders (a state that grows with the context, or is the context), median {overhead['dot-product']}" in line

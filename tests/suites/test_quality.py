@@ -267,7 +267,7 @@ def test_a_quality_job_that_did_not_finish_says_why_where_its_figure_is_missing(
                      trained)
     why = "timed out: the job took longer than the limit of 900 s (--timeout)"
     store.record_job(run, "additive", "quality", ERROR, 900.0, {"card": registry.variant("additive").card()},
-                     [Result(WORKER_CHECK, ERROR, detail=why).as_dict()])
+                     [Result(WORKER_CHECK, ERROR, detail=why, params={"unfinished": "timed out"}).as_dict()])
     board = Board.of(store, run, registry.suites)
     [cell] = columns(board, "additive").values()
     assert cell.startswith("not trained: timed out ") and any(why in line for line in board.notes.lines())
@@ -275,6 +275,9 @@ def test_a_quality_job_that_did_not_finish_says_why_where_its_figure_is_missing(
     assert axis.value is None and axis.text == "not trained: timed out"
     assert board.unfinished("quality", "dot-product") is None
     assert [axis.text for axis in axes(board, "linear")] == ["not trained"]
+    store.record_job(run, "additive", "quality", ERROR, 900.0, {"card": registry.variant("additive").card()},
+                     [Result(WORKER_CHECK, ERROR, detail=why).as_dict()])  # as stored before rows named the kind
+    assert axes(Board.of(store, run, registry.suites), "additive")[0].text == "not trained: did not finish"
 
 
 # --- the quality plots: readable (#30) -----------------------------------------------------------------------

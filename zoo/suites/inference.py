@@ -29,7 +29,7 @@ from torch.utils.benchmark.utils.timer import timer as synchronized_clock
 import zoo
 from zoo import decoding
 from zoo import plots as plots_
-from zoo.board import Footnotes, failure_words, fmt_g, fmt_x
+from zoo.board import Footnotes, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
 from zoo.environment import counted_once, run_shared
 from zoo.measure import bytes_read, count_flops
@@ -623,7 +623,7 @@ def axes(board, variant) -> list[zoo.Axis]:
         if decodes else None
     unfinished = board.unfinished(SUITE, variant)
     absent = ("does not decode" if not decodes else
-              f"not measured: {failure_words(unfinished)}" if unfinished else "not measured")
+              f"not measured: {unfinished[0]}" if unfinished else "not measured")
     return [zoo.Axis(f"decoding state at context {n}", state, "lower", _fmt_bytes(state) if state is not None else absent,
                      use=f"decoding memory at context {n}"),
             zoo.Axis(f"time per token at context {n} (x standard cache decode)", x, "lower",
@@ -645,8 +645,8 @@ def columns(board, variant) -> dict:
     mode, standard = mode_of_card(board, variant), STANDARD[board.kind(variant)]
     t = board.value(variant, "decode-time", mode, DECODE, n, batch=batch)
     if t is None and (unfinished := board.unfinished(SUITE, variant)):
-        return {header: f"not timed: {failure_words(unfinished)} "
-                + board.notes.mark(f"the inference suite's job for {variant} did not finish: {unfinished}")}
+        return {header: f"not timed: {unfinished[0]} "
+                + board.notes.mark(f"the inference suite's job for {variant} did not finish: {unfinished[1]}")}
     if t is None:
         return {header: "not timed " + board.notes.mark(f"{variant}, batch {batch}, context {n}: "
                                                          + _why_not_timed(board, variant, n, batch))}
@@ -765,7 +765,7 @@ def _overhead_text(board, batch: int) -> list[str]:
     groups: dict[str, dict[str, float]] = {}
     for variant, mine in fractions.groupby("variant", sort=False):
         fixed = board.card(variant).get("decoder_growth") == "fixed" and mode_of_card(board, variant) != "full"
-        group = "fixed-state variants" if fixed else "cache decoders (a state that grows with the context, or is it)"
+        group = "fixed-state variants" if fixed else "cache decoders (a state that grows with the context, or is the context)"
         groups.setdefault(group, {})[variant] = max(1 - float(mine.sort_values("n").value.iloc[-1]), 0.0)
     parts = []
     for group, overheads in sorted(groups.items(), reverse=True):

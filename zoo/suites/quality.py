@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo import plots as plots_
-from zoo.board import failure_words, fmt_g
+from zoo.board import fmt_g
 from zoo.cases import relative_error
 from zoo.blocks import SequenceModel, VisionTransformer
 from zoo.checks import MEASURED, SKIPPED, Check, Result
@@ -290,10 +290,11 @@ def columns(board, variant) -> dict:
 
 def not_trained(board, variant, source: str) -> str:
     """A missing quality cell: 'not trained', and why where its job did not finish ('not trained: timed out')."""
-    why = board.unfinished(SUITE, variant)
-    if why is None:
+    unfinished = board.unfinished(SUITE, variant)
+    if unfinished is None:
         return "not trained " + board.notes.mark(f"the quality suite did not train {variant} in {source}")
-    return (f"not trained: {failure_words(why)} "
+    kind, why = unfinished
+    return (f"not trained: {kind} "
             + board.notes.mark(f"the quality suite's job for {variant} did not finish in {source}: {why}"))
 
 
@@ -364,8 +365,8 @@ def axes(board, variant) -> list[zoo.Axis]:
         return []
     mean, spread = mean_accuracy(board.rows(SUITE, variant))
     low, high = (None, None) if spread is None else (mean - spread, mean + spread)
-    why = board.unfinished(SUITE, variant)
-    missing = "not trained" + (f": {failure_words(why)}" if why else "")
+    unfinished = board.unfinished(SUITE, variant)
+    missing = "not trained" + (f": {unfinished[0]}" if unfinished else "")
     card = board.card(variant)
     trained = f" (trained with {options_text(card)})" if card.get("quality_options") else ""
     return [zoo.Axis("quality: mean accuracy", mean, "higher", f"{mean:.3f}{trained}" if mean is not None else missing,
@@ -456,7 +457,7 @@ def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str
         front = mine[mine.y > mine.y.cummax().shift(fill_value=-1.0)]
         ax.step(front.x, front.y, where="post", color="0.6", linestyle="--", label="Pareto front", zorder=1)
         for variant, point in mine.iterrows():
-            color = "0.7" if variant in greyed else styles[variant][0]
+            color = plots_.GREY if variant in greyed else styles[variant][0]
             ax.scatter(point.x, point.y, marker="o" if variant in front.index else "x", s=40, zorder=2, color=color)
             low, high = (spread or {}).get(variant, (None, None))
             if low is not None and high is not None and low <= point.x <= high:
