@@ -851,7 +851,8 @@ def test_one_name_is_one_variant_and_a_crash_under_a_memory_cap_names_the_cap(tm
     results = zoo.run("dot-product", suites="correctness", profile="smoke", out=tmp_path)
     assert set(results.variant) == {"dot-product"} and set(results.suite) == {"correctness"}
     options = RunOptions(profile=None, timeout_seconds=1, memory_limit_bytes=2 ** 20)
-    reason = _failure_reason(-signal.SIGSEGV, False, options, tmp_path / "no-log")
+    kind, reason = _failure_reason(-signal.SIGSEGV, False, options, tmp_path / "no-log")
+    assert kind == "crashed"
     assert reason == "worker crashed with signal SIGSEGV (it ran under a memory cap of 0.000977 GiB, --memory-limit)"
 
 
