@@ -120,6 +120,25 @@ def minimal_variant(**changes) -> zoo.Variant:
     return zoo.Variant(**{**fields, **changes})
 
 
+def board_with_a_timed_out_job(tmp_path, registry, profile, suite: str, measured: tuple[str, list],
+                               timed_out: str, why: str, kind: str | None = "timed out"):
+    """A board of one run: ``measured`` (variant, its rows as dicts) done, and ``timed_out``'s job of ``suite``
+    ended by its worker's row saying ``why`` (``kind``: the row's typed kind; None: stored before rows named it)."""
+    from zoo.board import Board
+    from zoo.checks import ERROR, WORKER_CHECK, Result
+    from zoo.store import Store
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
+    variant, rows = measured
+    store.record_job(run, variant, suite, "done", 1.0, {"card": registry.variant(variant).card()}, rows)
+    failure = Result(WORKER_CHECK, ERROR, detail=why, params={"unfinished": kind} if kind else None)
+    store.record_job(run, timed_out, suite, ERROR, 900.0, {"card": registry.variant(timed_out).card()},
+                     [failure.as_dict()])
+    return Board.of(store, run, registry.suites)
+
+
 def run_python(*args, env=None, inherit=True, cwd=None, timeout=600, check=False):
     """``python ARGS`` in a child process, the one way the tests start one: its output captured as text; ``env``
     adds to this process's environment, with the tests' own modules on its path (plugin files the tests write

@@ -336,21 +336,13 @@ def test_a_steps_bytes_are_counted_once_in_a_run_and_a_further_process_steps_pla
 def test_an_inference_job_that_did_not_finish_says_why_where_its_figures_are_missing(registry, tmp_path):
     """A timed-out job (its worker's row) reads 'not timed: timed out' beside the rank and 'not measured: timed
     out' on the decoding axes, the whole reason in a footnote."""
-    from zoo.board import Board
-    from zoo.checks import ERROR, WORKER_CHECK, Result
-    from zoo.store import Store
+    from conftest import board_with_a_timed_out_job
     from zoo.suites.inference import axes, columns
 
     profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64,))
-    store = Store(tmp_path / "results.sqlite")
-    run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
     timed = [r.as_dict() for r in run_inference(registry.variant("dot-product"), profile)]
-    store.record_job(run, "dot-product", "inference", "done", 1.0, {"card": registry.variant("dot-product").card()},
-                     timed)
     why = "timed out: the job took longer than the limit of 900 s (--timeout)"
-    store.record_job(run, "linear", "inference", ERROR, 900.0, {"card": registry.variant("linear").card()},
-                     [Result(WORKER_CHECK, ERROR, detail=why, params={"unfinished": "timed out"}).as_dict()])
-    board = Board.of(store, run, registry.suites)
+    board = board_with_a_timed_out_job(tmp_path, registry, profile, "inference", ("dot-product", timed), "linear", why)
     [cell] = columns(board, "linear").values()
     assert cell.startswith("not timed: timed out ") and any(why in line for line in board.notes.lines())
     assert [axis.text for axis in axes(board, "linear")] == ["not measured: timed out"] * 2

@@ -254,30 +254,23 @@ def test_a_quality_row_that_names_no_task_is_left_out_of_the_tables_not_a_crash(
 def test_a_quality_job_that_did_not_finish_says_why_where_its_figure_is_missing(registry, tmp_path):
     """A timed-out training (its worker's row) leaves the variant's quality 'not trained: timed out', the whole
     reason in a footnote, in the ranked column and on the cost axis the answers read; one never trained says less."""
-    from zoo.board import Board
-    from zoo.checks import ERROR, WORKER_CHECK, Result
-    from zoo.store import Store
+    from conftest import board_with_a_timed_out_job
     from zoo.suites.quality import axes, columns
 
     profile = get_profile("smoke").with_settings("quality", steps=1, recall_steps=1)
-    store = Store(tmp_path / "results.sqlite")
-    run = store.start_run(profile.as_dict(), {"device": "cpu"}, "2026-01-01 00:00:00")
     trained = [r.as_dict() for r in run_quality(registry.variant("dot-product"), profile)]
-    store.record_job(run, "dot-product", "quality", "done", 1.0, {"card": registry.variant("dot-product").card()},
-                     trained)
     why = "timed out: the job took longer than the limit of 900 s (--timeout)"
-    store.record_job(run, "additive", "quality", ERROR, 900.0, {"card": registry.variant("additive").card()},
-                     [Result(WORKER_CHECK, ERROR, detail=why, params={"unfinished": "timed out"}).as_dict()])
-    board = Board.of(store, run, registry.suites)
+    board = board_with_a_timed_out_job(tmp_path, registry, profile, "quality", ("dot-product", trained), "additive",
+                                       why)
     [cell] = columns(board, "additive").values()
     assert cell.startswith("not trained: timed out ") and any(why in line for line in board.notes.lines())
     [axis] = axes(board, "additive")
     assert axis.value is None and axis.text == "not trained: timed out"
     assert board.unfinished("quality", "dot-product") is None
     assert [axis.text for axis in axes(board, "linear")] == ["not trained"]
-    store.record_job(run, "additive", "quality", ERROR, 900.0, {"card": registry.variant("additive").card()},
-                     [Result(WORKER_CHECK, ERROR, detail=why).as_dict()])  # as stored before rows named the kind
-    assert axes(Board.of(store, run, registry.suites), "additive")[0].text == "not trained: did not finish"
+    before = board_with_a_timed_out_job(tmp_path / "before", registry, profile, "quality", ("dot-product", trained),
+                                        "additive", why, kind=None)  # as stored before rows named the kind
+    assert axes(before, "additive")[0].text == "not trained: did not finish"
 
 
 # --- the quality plots: readable (#30) -----------------------------------------------------------------------
