@@ -334,6 +334,35 @@ def test_rows_of_an_older_source_neither_rank_nor_block_and_the_board_gives_the_
     assert "| mine" in _ranked_tables(_leaderboard(tmp_path))
 
 
+def test_a_carried_suite_shows_each_variants_current_source_from_another_run_where_the_boards_own_are_stale(
+        write_plugin, tmp_path):
+    """The board's own quality rows of a variant measured an older source, and a run of other settings (two
+    threads where the smoke profile uses one) trained its current one: the board shows that run's, labelled with it, and names nothing to measure
+    again for it; a variant whose every quality run measured an older source is still named, with its command."""
+    import zoo
+
+    plugins = write_plugin("mine", good_plugin("mine"))
+    for name in ("other", "kept"):
+        (plugins / f"{name}.py").write_text(good_plugin(name))
+    both, every = ["mine", "other"], ["mine", "other", "kept"]
+    zoo.run(every, suites=["quality"], profile="smoke", out=tmp_path, plugins_dirs=[plugins])
+    for name in both:  # kept's rows stay on its current source: the board has quality rows of its own
+        (plugins / f"{name}.py").write_text((plugins / f"{name}.py").read_text() + "\n# edited after it was measured\n")
+    retrained = zoo.run(["mine"], suites=["quality"], profile="smoke", out=tmp_path, plugins_dirs=[plugins],
+                        threads=2).attrs["run_id"]
+    zoo.run(every, suites=["correctness"], profile="smoke", out=tmp_path, plugins_dirs=[plugins])  # the first's board
+    readme = _leaderboard(tmp_path)
+    quality = readme.split("## Quality", 1)[1]
+    rows = {line.split("|")[1].strip() for line in quality.splitlines() if line.startswith("| ")}
+    assert {"mine", "kept"} <= rows and "other" not in rows and retrained in quality.split("|", 1)[0]
+    csv = pd.read_csv(tmp_path / "results.csv")
+    assert set(csv[(csv.variant == "mine") & (csv.suite == "quality")].run_id) == {retrained}
+    assert csv[(csv.variant == "other") & (csv.suite == "quality")].empty
+    older = readme.split("### Results of an older source", 1)[1]
+    assert "- **other**" in older and "- **mine**" not in older
+    assert _refresh_command(readme, "other")[:5] == ["zoo", "run", "other", "--suite", "quality"]
+
+
 def test_a_refresh_command_sets_only_the_suites_it_runs_and_the_board_keeps_the_others_settings(write_plugin,
                                                                                                   tmp_path):
     """A run refuses a setting of a suite it skips (it would change nothing it measures), so the command a board

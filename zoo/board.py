@@ -4,8 +4,9 @@ and the suites that drew them; and the helpers sections share (escaping, formatt
 What a board shows for run R: every job of R and, for each (variant, suite) R did not run, the latest job of that
 suite in an earlier comparable run (the same settings of that suite and of the run as a whole, the same kind of
 machine), so ``zoo run windowed`` updates windowed's rows and leaves every other variant on the board, and a run
-that changed one suite's settings keeps the other suites' earlier rows. A suite that is ``carried`` and has no rows
-among those shows its latest rows from any run instead, labelled with their runs; those rows are shown, never gated.
+that changed one suite's settings keeps the other suites' earlier rows. A suite that is ``carried`` shows, for each
+variant with no rows of it among those on its current source, the variant's latest rows of it on that source from any
+run instead (another machine's, other settings'), labelled with their runs; those rows are shown, never gated.
 
 A figure that states an interval (``low``/``high``: a timing's, over its run's processes and rounds) also spans
 the same figure in up to :data:`RERUNS` earlier jobs of that suite, variant and source on the same settings and
@@ -292,22 +293,29 @@ def _spanning_reruns(results: pd.DataFrame, rerun_parts: list[pd.DataFrame]) -> 
     return results.assign(low=low, high=high, reruns=reruns.astype(int), between_runs=between)
 
 
-def _carried_rows(store: Store, suite: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Each variant's rows of ``suite`` from its latest finished job of it in any run, and those jobs."""
-    parts, job_parts, covered = [], [], set()
+def _carried_rows(store: Store, suite: str, current: dict, wanted: set[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of ``suite`` of each ``wanted`` variant from its latest finished job of it in any run on its
+    ``current`` source; and the latest stale job of each wanted variant that has none, whose rows are dropped (what
+    the board names to measure again)."""
+    parts, stale_parts, covered, seen_stale = [], [], set(), set()
     for run in reversed(list(store.runs().run_id)):
         jobs = store.jobs(run)
-        jobs = jobs[(jobs.suite == suite) & (jobs.status == "done") & ~jobs.variant.isin(covered)]
+        jobs = jobs[(jobs.suite == suite) & (jobs.status == "done") & jobs.variant.isin(wanted - covered)]
+        if jobs.empty:
+            continue
+        stale = _is_stale(jobs.variant, _job_hashes(jobs), current)
+        stale_parts.append(jobs.loc[stale & ~jobs.variant.isin(seen_stale)].assign(run_id=run))
+        seen_stale |= set(jobs.variant[stale])
+        jobs = jobs.loc[~stale]
         if not jobs.empty:
             hashes = {r.variant: r.provenance.get("source_sha256") for r in jobs.itertuples()}
             rows = store.results(run)
             rows = rows[(rows.suite == suite) & rows.variant.isin(hashes)]
             parts.append(rows.assign(run_id=run, source_sha256=rows.variant.map(hashes)))
-            job_parts.append(jobs.assign(run_id=run))
             covered |= set(hashes)
-    if not parts:
-        return pd.DataFrame(), pd.DataFrame()
-    return pd.concat(parts, ignore_index=True), pd.concat(job_parts, ignore_index=True)
+    stale_jobs = [part[~part.variant.isin(covered)] for part in stale_parts]
+    return (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(),
+            pd.concat(stale_jobs, ignore_index=True) if stale_jobs else pd.DataFrame())
 
 
 def current_sources(jobs: pd.DataFrame) -> dict[str, str | None]:
@@ -364,16 +372,17 @@ class Board:
         stale_jobs, jobs = [jobs.loc[stale]], jobs.loc[~stale]
         results = results.loc[~_is_stale(results.variant, results.source_sha256, current)]
         results = upgrade_rows(results, suites, _environments(store, results))
-        present, carried = set(results.suite), {}
+        carried = {}
         for name, suite in suites.items():
-            if suite.carried and name not in present:
-                rows, done = _carried_rows(store, name)
-                if rows.empty:
-                    continue
-                rows = rows.loc[~_is_stale(rows.variant, rows.source_sha256, current)]
-                stale_jobs.append(done.loc[_is_stale(done.variant, _job_hashes(done), current)])
+            if suite.carried:
+                rows, dropped = _carried_rows(store, name, current,
+                                              set(cards) - set(results.variant[results.suite == name]))
                 if not rows.empty:
                     carried[name] = upgrade_rows(rows, suites, _environments(store, rows))
+                    stale_jobs = [part[(part.suite != name) | ~part.variant.isin(set(rows.variant))]
+                                  for part in stale_jobs]  # shown on their current source after all
+                named = {v for part in stale_jobs for v in part.variant[part.suite == name]}
+                stale_jobs.append(dropped[~dropped.variant.isin(named)] if not dropped.empty else dropped)
         stale_jobs = [part for part in stale_jobs if not part.empty]
         return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried,
                    pd.concat(stale_jobs, ignore_index=True) if stale_jobs else pd.DataFrame(), folder)
@@ -417,8 +426,8 @@ class Board:
     # --- its rows ---------------------------------------------------------------------------------------
 
     def rows(self, suite: str | None = None, variant: str | None = None) -> pd.DataFrame:
-        """The suite's rows on the board: its accumulated ones, else (a carried suite) its latest from any run
-        (``suite`` None: every suite's accumulated rows); ``variant``: only that variant's. Split once per results
+        """The suite's rows on the board: its accumulated ones and (a carried suite) each other variant's latest on
+        its current source from any run (``suite`` None: every suite's accumulated rows); ``variant``: only that variant's. Split once per results
         frame: a render asks for them thousands of times, and filtering the whole frame for each was a large part of
         its time."""
         derived = self._derived_from_results()
@@ -430,7 +439,9 @@ class Board:
                 if "suites" not in derived:
                     derived["suites"] = dict(tuple(self.results.groupby("suite", sort=False)))
                 whole = derived["suites"].get(suite, self.results.iloc[:0])
-                whole = whole if not whole.empty or suite not in self.carried else self.carried[suite]
+                if suite in self.carried:  # the variants with no rows of their own source among the accumulated
+                    whole = pd.concat([whole, self.carried[suite]], ignore_index=True) if not whole.empty \
+                        else self.carried[suite]
             split[suite] = (whole, dict(tuple(whole.groupby("variant", sort=False))))
         whole, by_variant = split[suite]
         return whole if variant is None else by_variant.get(variant, whole.iloc[:0])

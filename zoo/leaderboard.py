@@ -71,7 +71,8 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
     board = _board_of(store, run_id, suites, Path(out_dir).parent if held_back else out_dir, held_runs)
     board.environment = {**board.environment, **_ran_on(board.jobs),
                          **({"held back": f"this run did not replace its folder's board: {held_back}"} if held_back else {})}
-    results = board.results
+    results = pd.concat([board.results, *[rows.assign(reruns=0, between_runs=float("nan"))
+                                          for rows in board.carried.values()]], ignore_index=True)
     tidy = results.assign(plugin=results.variant.map(lambda v: board.cards[v].get("plugin")),
                           origin=results.variant.map(lambda v: origin_text(board.cards[v])),
                           params=results.params.map(lambda p: json.dumps(p, sort_keys=True) if p else None))

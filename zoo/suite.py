@@ -148,8 +148,9 @@ class Suite:
     ``blocking``: statuses of the suite's rows that keep a variant out of the ranking (an ``error`` anywhere
     always does). ``required``: a variant is ranked only when this suite ran on the measured source and passed
     (the correctness suite). ``profiles``: the profiles it runs in when ``--suite`` is not given (None: every
-    one). ``carried``: when no run the board accumulates has this suite's rows, the latest rows of it from any
-    run are shown, labelled with their run (a suite too slow for the default profile). ``order``: where its
+    one). ``carried``: a variant with no rows of this suite on its current source among the runs the board
+    accumulates shows its latest such rows from any run, labelled with their run (a suite too slow for the default
+    profile, whose figures do not hang on the machine that trained them). ``order``: where its
     section comes on the board (smaller first; the built-ins use 10 to 40). ``section(board)``
     returns its :class:`Section` (None: a generic table of its rows); ``columns(board, variant)`` its cells in
     a ranked row; ``details(board, variant)`` tables for the variant's page; ``ranking``: how the one suite
