@@ -355,6 +355,8 @@ def test_a_carried_suite_shows_each_variants_current_source_from_another_run_whe
     quality = readme.split("## Quality", 1)[1]
     rows = {line.split("|")[1].strip() for line in quality.splitlines() if line.startswith("| ")}
     assert {"mine", "kept"} <= rows and "other" not in rows and retrained in quality.split("|", 1)[0]
+    assert ("A variant's quality rows that these runs did not measure on its current source are its latest of that "
+            "source from any run") in readme.split("|", 1)[0]  # the board's header says where they come from
     csv = pd.read_csv(tmp_path / "results.csv")
     assert set(csv[(csv.variant == "mine") & (csv.suite == "quality")].run_id) == {retrained}
     assert csv[(csv.variant == "other") & (csv.suite == "quality")].empty

@@ -344,13 +344,20 @@ def _section_lines(section: Section) -> list[str]:
 
 def _accumulated_text(board: Board) -> str:
     others = sorted(set(board.results.run_id) - {board.run_id})
+
+    def carried(runs: str) -> str:
+        return "".join(f" A variant's {name} rows that {runs} did not measure on its current source are its latest of "
+                       f"that source from any run (the {name} section names them)." for name in sorted(board.carried))
+
     if not others:
-        return "Every figure is from this run."
+        return "Every figure is from this run." if not board.carried else \
+            f"Every figure but the {' and '.join(sorted(board.carried))} rows is from this run." + carried("this run")
     kept = sorted(set(board.results[board.results.run_id != board.run_id].variant))
     runs = f"run {others[0]}" if len(others) == 1 else f"{len(others)} runs, from {others[0]} to {others[-1]}"
     return (f"This run's results, and for what it did not run the latest results of earlier runs with the same "
             f"settings (of that suite and of the run as a whole) on the same kind of machine ({runs}; for "
-            f"{len(kept)} variant(s)); the *from* column says which runs each ranked row comes from.")
+            f"{len(kept)} variant(s)); the *from* column says which runs each ranked row comes from."
+            + carried("these runs"))
 
 
 def _capabilities(board: Board) -> list[dict]:
