@@ -427,9 +427,9 @@ class Board:
 
     def rows(self, suite: str | None = None, variant: str | None = None) -> pd.DataFrame:
         """The suite's rows on the board: its accumulated ones and (a carried suite) each other variant's latest on
-        its current source from any run (``suite`` None: every suite's accumulated rows); ``variant``: only that variant's. Split once per results
-        frame: a render asks for them thousands of times, and filtering the whole frame for each was a large part of
-        its time."""
+        its current source from any run (``suite`` None: every suite's accumulated rows); ``variant``: only that
+        variant's. Split once per results frame: a render asks for them thousands of times, and filtering the whole
+        frame for each was a large part of its time."""
         derived = self._derived_from_results()
         split = derived.setdefault("split", {})
         if suite not in split:
