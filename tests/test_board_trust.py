@@ -337,8 +337,9 @@ def test_rows_of_an_older_source_neither_rank_nor_block_and_the_board_gives_the_
 def test_a_carried_suite_shows_each_variants_current_source_from_another_run_where_the_boards_own_are_stale(
         write_plugin, tmp_path):
     """The board's own quality rows of a variant measured an older source, and a run of other settings (two
-    threads where the smoke profile uses one) trained its current one: the board shows that run's, labelled with it, and names nothing to measure
-    again for it; a variant whose every quality run measured an older source is still named, with its command."""
+    threads where the smoke profile uses one) trained its current one: the board shows that run's, labelled
+    with it, and names nothing to measure again for it; a variant whose every quality run measured an older
+    source is still named, with its command."""
     import zoo
 
     plugins = write_plugin("mine", good_plugin("mine"))
