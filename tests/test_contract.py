@@ -24,7 +24,11 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"reference": None}, "reference must be callable"),
     ({"tags": {"exact": True}}, "tags must be a zoo.Tags"),
     ({"complexity": (2, 1)}, "complexity must be a zoo.Complexity"),
-    ({"options": {"d_model": 3}}, "may not redefine"),
+    ({"options": {"d_model": 3}}, "options may not be named ['d_model']: the harness passes these beside the "
+                                  "options (d_model to factory, flops and decoder.state_bytes)"),
+    ({"options": {"k_len": 3, "batch": 2}}, "options may not be named ['batch', 'k_len']: the harness passes these "
+                                            "beside the options (batch to flops and decoder.state_bytes; k_len to flops)"),
+    ({"options": {"itemsize": 4}}, "options may not be named ['itemsize']"),
     ({"targets": ("fast",)}, "targets must be zoo.Target"),
     ({"tags": zoo.Tags(causal_only=True, supports_causal=False, key_order_invariant=False)},
      "causal_only needs tags.supports_causal=True"),

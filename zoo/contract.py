@@ -19,8 +19,11 @@ from typing import Any, Callable, Mapping
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 """Variant names: lower-case letters and digits, words joined by '-' or '_' (e.g. ``multi-head``)."""
 
-# Options every factory receives; variant options must not reuse these names.
-RESERVED_OPTIONS = ("d_model", "num_heads")
+RESERVED_OPTIONS = {"d_model": "factory, flops and decoder.state_bytes", "num_heads": "factory, flops and decoder.state_bytes",
+                    "batch": "flops and decoder.state_bytes", "q_len": "flops", "k_len": "flops",
+                    "context": "decoder.state_bytes", "itemsize": "decoder.state_bytes"}
+"""The names the harness passes beside a variant's options (name -> the callables it is passed to): an option
+of one of these names would reach those callables twice, so it is refused at registration."""
 
 SDPA = "torch-sdpa"
 MHA = "torch-mha-layer"
@@ -398,9 +401,11 @@ class Variant:
             raise RegistrationError(f"variant {self.name!r}: approximates names the variant itself")
         if not isinstance(self.complexity, Complexity):
             raise RegistrationError(f"variant {self.name!r}: complexity must be a zoo.Complexity")
-        clash = set(self.options) & set(RESERVED_OPTIONS)
+        clash = sorted(set(self.options) & set(RESERVED_OPTIONS))
         if clash:
-            raise RegistrationError(f"variant {self.name!r}: options may not redefine {sorted(clash)}")
+            raise RegistrationError(f"variant {self.name!r}: options may not be named {clash}: the harness passes "
+                                    "these beside the options (" + "; ".join(f"{name} to {RESERVED_OPTIONS[name]}"
+                                                                           for name in clash) + ")")
         if not isinstance(self.departures, tuple) or not all(isinstance(d, Departure) for d in self.departures):
             raise RegistrationError(f"variant {self.name!r}: departures must be a tuple of zoo.Departure")
         if self.random_features is not None:
