@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import good_plugin, run_zoo, zoo_here
 from zoo.board import fmt_x
+from zoo.environment import machine_text
 from zoo.leaderboard import registered_suites, render
 from zoo.ranking import gate
 from zoo.store import Store
@@ -338,7 +339,7 @@ def test_a_carried_suite_shows_each_variants_current_source_from_another_run_whe
         write_plugin, tmp_path):
     """The board's own quality rows of a variant measured an older source, and a run of other settings (two
     threads where the smoke profile uses one) trained its current one: the board shows that run's, labelled
-    with it, and names nothing to measure again for it; a variant whose every quality run measured an older
+    with it and its kind of machine, and names nothing to measure again for it; a variant whose every quality run measured an older
     source is still named, with its command."""
     import zoo
 
@@ -356,6 +357,8 @@ def test_a_carried_suite_shows_each_variants_current_source_from_another_run_whe
     quality = readme.split("## Quality", 1)[1]
     rows = {line.split("|")[1].strip() for line in quality.splitlines() if line.startswith("| ")}
     assert {"mine", "kept"} <= rows and "other" not in rows and retrained in quality.split("|", 1)[0]
+    away = machine_text(Store(tmp_path / "results.sqlite", readonly=True).environment(retrained))
+    assert "2 threads" in away and f"(run {retrained} on {away})" in quality.split("|", 1)[0]  # not the board's kind
     assert ("A variant's quality rows that these runs did not measure on its current source are its latest of that "
             "source from any run") in readme.split("|", 1)[0]  # the board's header says where they come from
     csv = pd.read_csv(tmp_path / "results.csv")

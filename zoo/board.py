@@ -33,7 +33,7 @@ from tabulate import tabulate
 
 from .checks import PASSED, WORKER_CHECK
 from .contract import BEST_KNOWN_SLACK, Tags
-from .environment import machine_kind
+from .environment import machine_kind, machine_text
 from .store import Store
 from .suite import RankFigure, Suite, implicit_suite, upgrade_rows
 
@@ -355,6 +355,7 @@ class Board:
     carried: dict[str, pd.DataFrame] = field(default_factory=dict)
     stale_jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # jobs of an older source, their rows dropped
     folder: str | None = None  # the board's folder as a reader would type it (the refresh command's --out)
+    elsewhere: dict[str, dict] = field(default_factory=dict)  # carried rows' runs on another kind of machine: environments
     notes: Footnotes = field(default_factory=Footnotes)
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -372,20 +373,22 @@ class Board:
         stale_jobs, jobs = [jobs.loc[stale]], jobs.loc[~stale]
         results = results.loc[~_is_stale(results.variant, results.source_sha256, current)]
         results = upgrade_rows(results, suites, _environments(store, results))
-        carried = {}
+        carried, elsewhere, here = {}, {}, machine_kind(store.environment(run_id))
         for name, suite in suites.items():
             if suite.carried:
                 rows, dropped = _carried_rows(store, name, current,
                                               set(cards) - set(results.variant[results.suite == name]))
                 if not rows.empty:
-                    carried[name] = upgrade_rows(rows, suites, _environments(store, rows))
+                    environments = _environments(store, rows)
+                    carried[name] = upgrade_rows(rows, suites, environments)
+                    elsewhere.update({run: env for run, env in environments.items() if machine_kind(env) != here})
                     stale_jobs = [part[(part.suite != name) | ~part.variant.isin(set(rows.variant))]
                                   for part in stale_jobs]  # shown on their current source after all
                 named = {v for part in stale_jobs for v in part.variant[part.suite == name]}
                 stale_jobs.append(dropped[~dropped.variant.isin(named)] if not dropped.empty else dropped)
         stale_jobs = [part for part in stale_jobs if not part.empty]
         return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried,
-                   pd.concat(stale_jobs, ignore_index=True) if stale_jobs else pd.DataFrame(), folder)
+                   pd.concat(stale_jobs, ignore_index=True) if stale_jobs else pd.DataFrame(), folder, elsewhere)
 
     # --- who is on it -----------------------------------------------------------------------------------
 
@@ -451,8 +454,15 @@ class Board:
         return sorted(set(self.rows(suite).run_id))
 
     def source_text(self, suite: str) -> str:
-        """Where the suite's rows come from, for its section ('this run', 'run X', ...)."""
-        return runs_text(self.runs_of(suite), self.run_id)
+        """Where the suite's rows come from, for its section ('this run', 'run X', ...), naming the kind of machine
+        of each run that is not the board's (a carried suite's rows may come from any)."""
+        runs = self.runs_of(suite)
+        machines: dict[str, list[str]] = {}
+        for run in runs:
+            if run in self.elsewhere:
+                machines.setdefault(machine_text(self.elsewhere[run]), []).append(run)
+        away = "; ".join(f"{runs_text(named, self.run_id)} on {machine}" for machine, named in machines.items())
+        return runs_text(runs, self.run_id) + (f" ({away})" if away else "")
 
     def settings_of(self, suite: str):
         """``suite``'s settings in this board's run (a run stored before they were nested: through its legacy names)."""

@@ -25,6 +25,16 @@ def machine_kind(environment: dict) -> tuple[str, ...]:
     board."""
     return tuple(str(environment.get(key)) for key in COMPARABLE_ENVIRONMENT)
 
+def machine_text(environment: dict) -> str:
+    """A run's kind of machine in words ('Intel Xeon (cpu, 2 threads, torch 2.13.0)'): what :func:`machine_kind`
+    compares."""
+    details = [str(environment[key]) + (" threads" if key == "threads" else "") for key in ("device", "threads")
+               if environment.get(key)]
+    if environment.get("torch"):
+        details.append(f"torch {environment['torch']}")
+    return f"{environment.get('cpu') or 'an unnamed machine'}" + (f" ({', '.join(details)})" if details else "")
+
+
 ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
 """glibc settings for benchmark workers: keep freed blocks instead of returning them to the OS, so
 memory-hungry variants do not pay page faults on every call."""
