@@ -355,7 +355,7 @@ class Board:
     carried: dict[str, pd.DataFrame] = field(default_factory=dict)
     stale_jobs: pd.DataFrame = field(default_factory=pd.DataFrame)  # jobs of an older source, their rows dropped
     folder: str | None = None  # the board's folder as a reader would type it (the refresh command's --out)
-    elsewhere: dict[str, dict] = field(default_factory=dict)  # carried rows' runs on another kind of machine: environments
+    elsewhere: dict[str, dict] = field(default_factory=dict)  # environments of carried rows' runs on other machines
     notes: Footnotes = field(default_factory=Footnotes)
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -25,6 +25,7 @@ def machine_kind(environment: dict) -> tuple[str, ...]:
     board."""
     return tuple(str(environment.get(key)) for key in COMPARABLE_ENVIRONMENT)
 
+
 def machine_text(environment: dict) -> str:
     """A run's kind of machine in words ('Intel Xeon (cpu, 2 threads, torch 2.13.0)'): what :func:`machine_kind`
     compares."""
