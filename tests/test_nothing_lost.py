@@ -364,7 +364,7 @@ def test_a_stale_journal_never_overwrites_a_file_changed_since_and_a_foreign_one
     for journal in ('{"staging": "../../victim", "files": [], "remove": [], "before": {}}',
                     '{"staging": "publish-1", "files": [], "remove": ["runs.jsonl", "index.html"], "before": {}}',
                     '{"staging": "publish-1", "files": ["../victim"], "remove": [], "before": {}}',
-                    "", "[1]", '{"files": []}', "not json"):
+                    "", "[1]", '{"files": []}', "not json", "[" * 200_000):
         before = snapshot(folder)
         (folder / ".zoo-cache" / JOURNAL).write_text(journal)
         assert zoo_here(capsys, "compare", "x", "x", "--out", folder)[0] == 2  # no such run: but no traceback

@@ -405,7 +405,7 @@ def _journal(path: Path) -> dict | None:
     """A journal as the zoo writes it, or None for anything else (the file is then dropped, nothing applied)."""
     try:
         plan = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
         return None
     if not isinstance(plan, dict) or not isinstance(plan.get("staging"), str) or not isinstance(plan.get("before"), dict):
         return None
