@@ -786,6 +786,27 @@ def test_a_store_on_read_only_media_is_read_and_never_written(tmp_path, capsys):
     assert snapshot(tmp_path / "board") == before
 
 
+def test_a_store_on_read_only_media_whose_log_holds_runs_is_refused_not_read_without_them(tmp_path, capsys):
+    """Copied without its -shm (a killed run's store, taken to another machine): on read-only media SQLite could
+    read only the file, without the runs still in its write-ahead log, so the merge refuses and names the log."""
+    source = tmp_path / "board"
+    script = ("import os, sqlite3, sys; from pathlib import Path; from test_nothing_lost import fabricate; "
+              "from zoo.store import Store; path = Path(sys.argv[1]); store = Store(path); "
+              "fabricate(store, '2026-01-01 00:00:00'); keep = sqlite3.connect(path); "
+              "keep.execute('PRAGMA wal_autocheckpoint=0'); keep.execute('SELECT 1 FROM runs').fetchall(); "
+              "fabricate(store, '2026-01-02 00:00:00'); os._exit(0)")  # exits holding the log: nothing folds it in
+    done = subprocess.run([sys.executable, "-c", script, str(source / "results.sqlite")], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
+    assert done.returncode == 0, done.stderr
+    (source / "results.sqlite-shm").unlink()
+    assert (source / "results.sqlite-wal").stat().st_size > 0
+    with read_only_view(source, tmp_path / "media") as media:
+        status, out = zoo_here(capsys, "merge", media / "results.sqlite", "--out", tmp_path / "target")
+        assert status == 2 and len(out) == 1 and "its write-ahead log results.sqlite-wal holds changes" in out[0], out
+    assert not (tmp_path / "target" / "results.sqlite").exists()
+    assert len(Store(source / "results.sqlite", readonly=True).records()) == 2  # where it can be read, both are
+
+
 def test_a_merge_of_a_different_copy_of_a_run_is_refused_and_names_it(tmp_path, capsys):
     folder, other = tmp_path / "board", tmp_path / "other"
     store, [run] = published(folder)

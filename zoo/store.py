@@ -179,17 +179,24 @@ class Store:
 
     def _open_read_only(self) -> sqlite3.Connection:
         """Read-only, never writing beside the file; on read-only media (where SQLite cannot make the WAL index a
-        read needs) the file is opened as immutable: nothing can be writing it there."""
+        read needs) the file is opened as immutable: nothing can be writing it there, and a write-ahead log it would
+        not read (changes not yet folded into the file) is refused rather than silently left out."""
         uri = self.path.resolve().as_uri()
+        connection = None
         try:
             connection = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=60)
             connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
             return connection
-        except sqlite3.OperationalError as exc:
-            if os.access(self.path.parent, os.W_OK):
+        except sqlite3.DatabaseError as exc:  # closed now, not when the error's frames go: it holds the file open
+            if connection is not None:
+                connection.close()
+            if not isinstance(exc, sqlite3.OperationalError) or os.access(self.path.parent, os.W_OK):
                 raise self._failure(exc) from None
-        except sqlite3.DatabaseError as exc:
-            raise self._failure(exc) from None
+        wal = self.path.with_name(f"{self.path.name}-wal")
+        if wal.is_file() and wal.stat().st_size > 0:  # immutable reads the file alone: the log's runs would be lost
+            raise StoreError(f"{self.label!r}: its write-ahead log {wal.name} holds changes that SQLite reads only "
+                             f"with {self.path.name}-shm beside it or in a folder it can write, and this one is "
+                             f"read-only; copy {self.path.name} and {wal.name} to a writable folder and use that copy")
         try:
             connection = sqlite3.connect(f"{uri}?immutable=1", uri=True)
             connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
