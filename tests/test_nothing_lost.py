@@ -194,6 +194,24 @@ def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
     assert {run: merged.get(run) for run in after} == after and len(merged) == len(after) + 1
 
 
+def test_a_run_pruned_by_another_process_while_a_run_goes_on_comes_back_with_the_export_restored(tmp_path, capsys):
+    """A `zoo run` has joined the folder; meanwhile another shell prunes a run and then restores the committed
+    export (git checkout), which holds it again: when the run publishes, the pruned run is taken back from the
+    export, as any fresh process would take it, not dropped from both because the export's bytes are the ones the
+    running process joined."""
+    folder = tmp_path / "board"
+    store, [pruned] = published(folder)
+    render(store, fabricate(store, "2026-02-01 00:00:00"), folder, keep_runs=True)
+    committed = (folder / "runs.jsonl").read_bytes()
+    running = BoardFolder(folder).for_writing()  # what `zoo run` opens before its first job
+    new = fabricate(running, "2026-03-01 00:00:00")
+    done = run_zoo("prune", pruned, "--out", folder)
+    assert done.returncode == 0 and pruned not in exported_runs(folder), done.stderr
+    (folder / "runs.jsonl").write_bytes(committed)
+    render(running, new, folder, keep_runs=True)
+    assert {pruned, new} <= set(exported_runs(folder)) and pruned in set(running.runs().run_id)
+
+
 def test_three_hundred_runs_of_the_same_settings_are_all_kept(tmp_path, capsys):
     from zoo.export import RunRecords
 

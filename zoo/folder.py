@@ -44,10 +44,12 @@ from .store import SQLITE_HEADER, Store, StoreError, disk_full
 SCRATCH = ".zoo-cache"  # ignored by git: the lock, staged files, the journal, executors' temporary files
 LOCK, JOURNAL, STAGING = "lock", "publish.json", "publish-"
 KEPT = (DATABASE, EXPORT)  # never removed by a publication
-_JOINED: dict[tuple[Path, Path], str | None] = {}
+_JOINED: dict[tuple[Path, Path], tuple[str | None, frozenset[str]]] = {}
 """(export, database) -> the sha256 of the export (None: none) as this process last joined it with that database or
-wrote it from it. A publication that finds those bytes there has nothing to join: it neither reads nor checks a board's
-runs again (each pass over a board of 180,000 rows cost seconds)."""
+wrote it from it, and the runs the database then held. A publication that finds those bytes there and every one of
+those runs still in the database has nothing to join: it neither reads nor checks a board's runs again (each pass
+over a board of 180,000 rows cost seconds). A run gone from the database meanwhile (pruned by another process, the
+export then restored) is joined back from the export, as any other process would."""
 
 
 class FolderError(ZooError):
@@ -144,11 +146,13 @@ class BoardFolder:
 
     def _remember(self, store: Store, sha: str | None) -> None:
         """The export (its sha256; None: there is none) is now what ``store`` was joined with (or wrote)."""
-        _JOINED[self._key(store)] = sha
+        _JOINED[self._key(store)] = sha, frozenset(store.runs().run_id)
 
     def _joined_already(self, store: Store, sha: str | None) -> bool:
-        """Whether this process last joined ``store`` with the export of this sha256 (or wrote it from it)."""
-        return self._key(store) in _JOINED and _JOINED[self._key(store)] == sha
+        """Whether this process last joined ``store`` with the export of this sha256 (or wrote it from it), and
+        ``store`` still holds every run it held then."""
+        joined, runs = _JOINED.get(self._key(store), (False, frozenset()))
+        return joined == sha and runs <= set(store.runs().run_id)
 
     def _agreed(self, store: Store, sha: str | None) -> bool:
         """Whether ``store`` agreed run for run with the export of this sha256 and nothing was written to it since
