@@ -358,6 +358,9 @@ class BoardFolder:
         """Remove the runs ``choose(store)`` names from the database and the export (the one command that shrinks
         them), deciding and removing under one lock, so a run that lands meanwhile is never among them; returns
         the runs removed (or that would be, with ``dry_run``)."""
+        if not self.exists():  # a mistyped --out: nothing to prune, and no folder made for it
+            raise FolderError(f"--out: no results database at {str(self.database)!r} nor its export {EXPORT}: "
+                              "nothing to prune")
         if dry_run:
             store = self.for_reading()
             chosen = set(choose(store))

@@ -287,7 +287,8 @@ class Store:
     def finish_run(self, run_id: str, finished: str) -> None:
         """Mark a run finished."""
         with self._db() as db:
-            db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (finished, run_id))
+            if db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (finished, run_id)).rowcount == 0:
+                raise self._gone(run_id, "it was not marked finished")
 
     def record_job(self, run_id: str, variant: str, suite: str, status: str, seconds: float,
                    provenance: dict, rows: Iterable[dict]) -> None:
@@ -295,6 +296,9 @@ class Store:
         it back (:func:`~zoo.export.storable`: one a plugin got wrong is stored as an error row saying why)."""
         kept = storable(rows)
         with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")  # the run's presence and the job's rows in one transaction
+            if not db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
+                raise self._gone(run_id, f"its {variant}/{suite} job was not recorded")
             db.execute("DELETE FROM results WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
             db.execute("DELETE FROM jobs WHERE run_id = ? AND variant = ? AND suite = ?", (run_id, variant, suite))
             db.executemany(
@@ -303,6 +307,12 @@ class Store:
             )
             db.execute("INSERT INTO jobs (run_id, variant, suite, status, seconds, provenance) VALUES (?, ?, ?, ?, ?, ?)",
                        (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True)))
+
+    def _gone(self, run_id: str, consequence: str) -> StoreError:
+        """A run removed from the store while it ran (``zoo prune`` names runs by id): its writes are refused, not
+        left as rows of no run, which no board shows and no export keeps."""
+        return StoreError(f"run {run_id!r} is no longer in {self.label!r} (removed by `zoo prune` while it ran?): "
+                          f"{consequence}")
 
     def finished_jobs(self, run_id: str, without_errors: bool = False) -> set[tuple[str, str]]:
         """(variant, suite) of the run's recorded jobs; ``without_errors``: only those that did not err."""
