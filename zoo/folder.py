@@ -282,12 +282,26 @@ class BoardFolder:
             for name in plan["files"]:
                 staged, target = staging / name, self.path / name
                 if staged.is_file() and _digest(target) == plan["before"].get(name):
-                    os.replace(staged, target)
+                    try:
+                        os.replace(staged, target)
+                    except OSError as exc:  # the journal stays: the next command that can finishes the publication
+                        raise self._unfinished(name, exc) from None
             for name in plan["remove"]:
                 if _digest(self.path / name) == plan["before"].get(name):
-                    (self.path / name).unlink(missing_ok=True)
+                    try:
+                        (self.path / name).unlink(missing_ok=True)
+                    except OSError as exc:
+                        raise self._unfinished(name, exc) from None
             shutil.rmtree(staging, ignore_errors=True)
         journal.unlink(missing_ok=True)
+
+    def _unfinished(self, name: str, exc: OSError) -> FolderError:
+        """A publication past its commit point that cannot put ``name`` in place: why, in one line."""
+        why = (f"{SCRATCH} is on another filesystem than {str(self.path)!r} (a link?), and the board's files are "
+               f"renamed from it into place: make {SCRATCH} a plain folder there" if exc.errno == errno.EXDEV
+               else exc.strerror or str(exc))
+        return FolderError(f"--out: cannot put {name} in place in {str(self.path)!r} ({why}); the publication is "
+                           f"kept in {SCRATCH} and the next command on the folder finishes it")
 
     def _recover(self) -> None:
         """With the lock held: finish a publication whose journal was written, and drop staged files of ones
