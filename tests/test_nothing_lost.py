@@ -348,9 +348,10 @@ def test_a_board_drawn_from_runs_the_export_lacks_says_so(tmp_path, capsys):
     folder = tmp_path / "board"
     store, _ = published(folder)
     later = fabricate(store, "2026-02-01 00:00:00")  # recorded here, never exported
+    store.start_run({"name": "quick"}, {"device": "cpu"}, "2026-01-15 00:00:00")  # stopped before its first job
     status, lines = zoo_here(capsys, "leaderboard", "--out", folder)
     assert status == 0 and f"zoo: warning: 1 run(s) in results.sqlite are not in runs.jsonl yet ({later}); the next " \
-        f"`zoo run` or `zoo merge` into {folder} adds them" in lines, lines
+        f"`zoo run` or `zoo merge` into {folder} adds them" in lines, lines  # not the one with no job: never exported
 
 
 def test_a_run_with_no_job_yet_is_never_exported_nor_brought_back(tmp_path, capsys):

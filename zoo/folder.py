@@ -66,7 +66,7 @@ class BoardFolder:
         self.database = self.path / DATABASE
         self.export = self.path / EXPORT
         self.scratch = self.path / SCRATCH
-        self.unexported: list[str] = []  # after a join: the runs the database holds and the export does not
+        self.unexported: list[str] = []  # after a join: the runs with jobs the database holds and the export does not
         self.changed_here: list[str] = []  # after a join: runs the database changed since the export last held them
 
     # --- opening ----------------------------------------------------------------------------------------
@@ -169,7 +169,8 @@ class BoardFolder:
         generation = store.generation()  # before reading it: a write from elsewhere meanwhile voids the agreement
         mine = checked(store)
         agreed = store.exported()
-        self.unexported = sorted(set(mine) - set(exported))
+        missing = set(mine) - set(exported)
+        self.unexported = sorted(run for run in missing if mine[run].jobs)  # a run with no job is never exported
         adding, digests, conflicts, changed = [], {}, [], []
         for run_id, theirs in exported.items():
             ours = mine.get(run_id)
@@ -194,7 +195,7 @@ class BoardFolder:
                 f"Keep the copy you want: move {DATABASE} aside to use {EXPORT}'s, or restore {EXPORT} (git "
                 "checkout) to the one it wrote")
         self.changed_here = sorted(changed)
-        agree = None if (sha is None or store.in_memory_only or self.unexported or self.changed_here
+        agree = None if (sha is None or store.in_memory_only or missing or self.changed_here
                          or generation is None) else (sha, generation)
         if adding or digests:
             store.add(adding, exported=digests, only_new=True, agree=agree)
