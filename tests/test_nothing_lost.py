@@ -402,10 +402,10 @@ def test_a_publication_that_cannot_rename_its_files_into_place_says_why_and_the_
         status, out = zoo_here(capsys, "leaderboard", "--run", second, "--out", folder)
         assert status == 2 and "cannot put" in out[-1], out
         name = out[-1].split("cannot put ")[1].split()[0]
-        assert out[-1] == (f"zoo: error: --out: cannot put {name} in place in {str(folder)!r} (.zoo-cache is on another "
-                           f"filesystem than {str(folder)!r} (a link?), and the board's files are renamed from it into "
-                           "place: make .zoo-cache a plain folder there); the publication is kept in .zoo-cache and "
-                           "the next command on the folder finishes it"), out
+        assert out[-1] == (f"zoo: error: --out: cannot put {name} in place in {str(folder)!r} (.zoo-cache is on "
+                           f"another filesystem than {str(folder)!r} (a link?), and the board's files are renamed from "
+                           "it into place: make .zoo-cache a plain folder there); the publication is kept in "
+                           ".zoo-cache and the next command on the folder finishes it"), out
     assert (folder / ".zoo-cache" / "publish.json").exists()
     assert zoo_here(capsys, "compare", second, second, "--out", folder)[0] == 0  # it can rename: it finishes it
     assert not (folder / ".zoo-cache" / "publish.json").exists()
@@ -862,6 +862,22 @@ def test_a_store_on_read_only_media_is_read_and_never_written(tmp_path, capsys):
         status, out = zoo_here(capsys, "leaderboard", "--out", media)
         assert status == 2 and out == [f"zoo: error: --out: cannot write to {str(media)!r} (not writable)"], out
     assert snapshot(tmp_path / "board") == before
+
+
+def test_a_read_only_scratch_folder_lets_reading_commands_read_and_a_writing_one_names_it(tmp_path, capsys):
+    """.zoo-cache on read-only media (the folder itself writable): nothing can stage a publication there, so a
+    command that only reads needs no lock and reads; one that publishes names the lock it cannot write."""
+    folder = tmp_path / "board"
+    _, [run] = published(folder)
+    shutil.move(folder / ".zoo-cache", tmp_path / "scratch")
+    before = snapshot(folder)
+    with read_only_view(tmp_path / "scratch", folder / ".zoo-cache"):
+        assert zoo_here(capsys, "compare", run, run, "--out", folder)[0] == 0
+        status, out = zoo_here(capsys, "leaderboard", "--out", folder)
+        assert status == 2 and out == [f"zoo: error: --out: cannot write {str(folder / '.zoo-cache' / 'lock')!r} "
+                                       "(Read-only file system): a publication takes the lock .zoo-cache/lock and "
+                                       "stages its files in .zoo-cache; nothing was written"], out
+    assert snapshot(folder) == before
 
 
 def test_a_store_on_read_only_media_whose_log_holds_runs_is_refused_not_read_without_them(tmp_path, capsys):

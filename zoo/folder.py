@@ -125,11 +125,12 @@ class BoardFolder:
 
     def _as_one_publication(self, read):
         """``read()`` under the folder's lock, after any interrupted publication is finished, where the lock can be
-        taken (a read-only folder has no writer to wait for): what it reads is all one publication's."""
-        if self._writable():
+        taken (a read-only folder, or a read-only scratch folder, has no writer to wait for): what it reads is all
+        one publication's."""
+        if self._writable() and (not self.scratch.exists() or os.access(self.scratch, os.W_OK)):
             with self._locked():
                 return read()
-        return read()
+        return read()  # no lock to take: and with nowhere to stage a publication, none can be under way
 
     def _export_bytes(self) -> bytes | None:
         """The export's bytes (None: there is none); one that is a link or cannot be read is refused."""
@@ -320,7 +321,11 @@ class BoardFolder:
             self.scratch.mkdir(parents=True, exist_ok=True)
             handle = open(self.scratch / LOCK, "a")
         except OSError as exc:
-            raise self._write_failure(exc, "nothing was written") from None
+            if exc.errno == errno.ENOSPC or not self.path.is_dir():
+                raise self._write_failure(exc, "nothing was written") from None
+            culprit = str(exc.filename or self.scratch / LOCK)
+            raise FolderError(f"--out: cannot write {culprit!r} ({exc.strerror or exc}): a publication takes the "
+                              f"lock {SCRATCH}/{LOCK} and stages its files in {SCRATCH}; nothing was written") from None
         with handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
