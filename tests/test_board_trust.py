@@ -358,7 +358,8 @@ def test_a_carried_suite_shows_each_variants_current_source_from_another_run_whe
     rows = {line.split("|")[1].strip() for line in quality.splitlines() if line.startswith("| ")}
     assert {"mine", "kept"} <= rows and "other" not in rows and retrained in quality.split("|", 1)[0]
     away = machine_text(Store(tmp_path / "results.sqlite", readonly=True).environment(retrained))
-    assert "2 threads" in away and f"(run {retrained} on {away})" in quality.split("|", 1)[0]  # not the board's kind
+    assert "2 threads" in away and f" Run {retrained} was on {away}, not this board's kind of machine." in \
+        quality.split("|", 1)[0]
     assert ("A variant's quality rows that these runs did not measure on its current source are its latest of that "
             "source from any run") in readme.split("|", 1)[0]  # the board's header says where they come from
     csv = pd.read_csv(tmp_path / "results.csv")

@@ -26,9 +26,12 @@ from zoo.contract import RegistrationError, VariantInputError, VariantOutputErro
     ({"complexity": (2, 1)}, "complexity must be a zoo.Complexity"),
     ({"options": {"d_model": 3}}, "options may not be named ['d_model']: the harness passes these beside the "
                                   "options (d_model to factory, flops and decoder.state_bytes)"),
-    ({"options": {"k_len": 3, "batch": 2}}, "options may not be named ['batch', 'k_len']: the harness passes these "
-                                            "beside the options (batch to flops and decoder.state_bytes; k_len to flops)"),
+    ({"options": {"k_len": 3, "batch": 2}}, "options may not be named ['batch', 'k_len']: the harness passes "
+                                            "these beside the options (batch to flops and decoder.state_bytes; "
+                                            "k_len to flops)"),
     ({"options": {"itemsize": 4}}, "options may not be named ['itemsize']"),
+    ({"options": {"variant": "a"}}, "options may not be named ['variant']: the harness passes these beside the "
+                                    "options (variant to zoo.build and the quality suite's models)"),
     ({"targets": ("fast",)}, "targets must be zoo.Target"),
     ({"tags": zoo.Tags(causal_only=True, supports_causal=False, key_order_invariant=False)},
      "causal_only needs tags.supports_causal=True"),

@@ -454,15 +454,19 @@ class Board:
         return sorted(set(self.rows(suite).run_id))
 
     def source_text(self, suite: str) -> str:
-        """Where the suite's rows come from, for its section ('this run', 'run X', ...), naming the kind of machine
-        of each run that is not the board's (a carried suite's rows may come from any)."""
-        runs = self.runs_of(suite)
+        """Where the suite's rows come from, for its section ('this run', 'run X', ...)."""
+        return runs_text(self.runs_of(suite), self.run_id)
+
+    def machines_text(self, suite: str) -> str:
+        """' Run X was on Intel Xeon (...).': the kind of machine of each run the suite's rows come from that is not
+        the board's (a carried suite's rows may come from any run); '' where there is none."""
         machines: dict[str, list[str]] = {}
-        for run in runs:
+        for run in self.runs_of(suite):
             if run in self.elsewhere:
                 machines.setdefault(machine_text(self.elsewhere[run]), []).append(run)
-        away = "; ".join(f"{runs_text(named, self.run_id)} on {machine}" for machine, named in machines.items())
-        return runs_text(runs, self.run_id) + (f" ({away})" if away else "")
+        named = {machine: runs_text(runs, self.run_id) for machine, runs in machines.items()}
+        return "".join(f" {text[0].upper()}{text[1:]} {'was' if len(machines[machine]) == 1 else 'were'} on "
+                       f"{machine}, not this board's kind of machine." for machine, text in named.items())
 
     def settings_of(self, suite: str):
         """``suite``'s settings in this board's run (a run stored before they were nested: through its legacy names)."""

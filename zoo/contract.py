@@ -19,9 +19,12 @@ from typing import Any, Callable, Mapping
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 """Variant names: lower-case letters and digits, words joined by '-' or '_' (e.g. ``multi-head``)."""
 
-RESERVED_OPTIONS = {"d_model": "factory, flops and decoder.state_bytes",
-                    "num_heads": "factory, flops and decoder.state_bytes", "batch": "flops and decoder.state_bytes", "q_len": "flops", "k_len": "flops",
-                    "context": "decoder.state_bytes", "itemsize": "decoder.state_bytes"}
+RESERVED_OPTIONS = {
+    "d_model": "factory, flops and decoder.state_bytes", "num_heads": "factory, flops and decoder.state_bytes",
+    "batch": "flops and decoder.state_bytes", "q_len": "flops", "k_len": "flops", "context": "decoder.state_bytes",
+    "itemsize": "decoder.state_bytes", "variant": "zoo.build and the quality suite's models", "name": "zoo.create",
+    "registry": "zoo.create",
+}
 """The names the harness passes beside a variant's options (name -> the callables it is passed to): an option
 of one of these names would reach those callables twice, so it is refused at registration."""
 

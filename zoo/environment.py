@@ -27,13 +27,17 @@ def machine_kind(environment: dict) -> tuple[str, ...]:
 
 
 def machine_text(environment: dict) -> str:
-    """A run's kind of machine in words ('Intel Xeon (cpu, 2 threads, torch 2.13.0)'): what :func:`machine_kind`
-    compares."""
-    details = [str(environment[key]) + (" threads" if key == "threads" else "") for key in ("device", "threads")
-               if environment.get(key)]
-    if environment.get("torch"):
-        details.append(f"torch {environment['torch']}")
-    return f"{environment.get('cpu') or 'an unnamed machine'}" + (f" ({', '.join(details)})" if details else "")
+    """A run's kind of machine in words, every entry :func:`machine_kind` compares ('Intel Xeon (2 cores; cpu, 2
+    threads, torch 2.13.0)')."""
+    def counted(number, noun: str) -> str:
+        return f"{number} {noun}" + ("" if number == 1 else "s")
+
+    details = [text for text in (
+        environment.get("device"), environment.get("threads") and counted(environment["threads"], "thread"),
+        environment.get("torch") and f"torch {environment['torch']}") if text]
+    cores = environment.get("cpu_count") and counted(environment["cpu_count"], "core")
+    inside = "; ".join(part for part in (cores, ", ".join(details)) if part)
+    return f"{environment.get('cpu') or 'an unnamed machine'}" + (f" ({inside})" if inside else "")
 
 
 ALLOCATOR_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
