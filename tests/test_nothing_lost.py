@@ -263,27 +263,35 @@ def test_only_prune_removes_runs_and_it_names_each(tmp_path, capsys):
 
 
 def test_prune_unshown_keeps_an_unfinished_run_and_a_run_pruned_by_name_has_its_next_write_refused(tmp_path, capsys):
-    """--unshown never removes a run that has not finished (a `zoo run` in progress, or one stopped and resumable):
-    it says it kept it; named, it goes, and the run's next job or its finish is refused naming it, not stored as
-    rows of no run (which no board shows and no export keeps). A mistyped folder is refused, not made."""
+    """--unshown keeps the latest unfinished run this machine started (a `zoo run` in progress, or what --resume
+    continues) and says so; an unfinished run another machine started is removed like any unshown run. Named, the
+    kept run goes, and its next job or its finish is refused naming it, not stored as rows of no run (which no board
+    shows and no export keeps). A mistyped folder is refused, not made."""
+    import socket
+
     folder = tmp_path / "board"
-    store, [shown] = published(folder)
-    going = store.start_run({"name": "quick", "reference_length": 64}, {"device": "cpu", "cpu": "test"},
-                            "2026-02-01 00:00:00")  # the same settings, later: its board would not show the first
-    store.record_job(going, "dot-product", "correctness", "done", 0.1, {}, [])
+    store, [old] = published(folder)
+    settings = {"name": "quick", "reference_length": 64}
+    runs = {}
+    for host, started in (("another-machine", "2026-01-10 00:00:00"), (socket.gethostname(), "2026-01-15 00:00:00")):
+        runs[host] = store.start_run(settings, {"device": "cpu", "cpu": "test", "host": host}, started)
+        store.record_job(runs[host], "dot-product", "correctness", "done", 0.1, {}, [])  # then stopped, or going on
+    elsewhere, going = runs["another-machine"], runs[socket.gethostname()]
+    latest = fabricate(store, "2026-02-01 00:00:00")  # its board shows none of the three: each is unshown
     status, lines = zoo_here(capsys, "prune", "--unshown", "--out", folder)
-    assert status == 0 and lines[-2] == "zoo: removed 0 run(s) from results.sqlite and runs.jsonl", lines
-    assert lines[-1].startswith(f"zoo: kept 1 unfinished run(s) ({going}): each is in progress, or stopped and "
-                                "resumable with --resume; name one to remove it"), lines
-    assert set(store.runs().run_id) == {shown, going}
+    assert status == 0 and lines[-2:] == [
+        "zoo: removed 2 run(s) from results.sqlite and runs.jsonl",
+        f"zoo: kept run {going}: unfinished and started on this machine, so in progress or what --resume continues; "
+        "name it to remove it"], lines
+    assert set(store.runs().run_id) == {going, latest} and {old, elsewhere}.isdisjoint(exported_runs(folder))
     status, lines = zoo_here(capsys, "prune", going, "--out", folder)
-    assert status == 0 and set(store.runs().run_id) == {shown}
+    assert status == 0 and set(store.runs().run_id) == {latest}
     with pytest.raises(StoreError, match=f"^run {going!r} is no longer in .*results.sqlite.* \\(removed by `zoo "
                                          "prune` while it ran\\?\\): its linear/speed job was not recorded$"):
         store.record_job(going, "linear", "speed", "done", 0.1, {}, [])
     with pytest.raises(StoreError, match="it was not marked finished$"):
         store.finish_run(going, "2026-02-01 00:01:00")
-    assert set(store.runs().run_id) == {shown} and store.finished_jobs(going) == set()
+    assert set(store.runs().run_id) == {latest} and store.finished_jobs(going) == set()
     for dry in ([], ["--dry-run"]):
         status, lines = zoo_here(capsys, "prune", "--unshown", *dry, "--out", tmp_path / "typo")
         assert status == 2 and lines == [f"zoo: error: --out: no results database at "

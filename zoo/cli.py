@@ -319,15 +319,18 @@ def cmd_prune(args) -> int:
     if bool(args.runs) == args.unshown:
         raise OptionError("prune: name the runs to remove (RUN ...), or give --unshown for every run no board shows")
     folder = BoardFolder(args.out)
-    unfinished: list[str] = []
+    kept: list[str] = []
 
     def chosen(store) -> set[str]:
-        if args.unshown:  # an unfinished run is in progress, or stopped and resumable: removed only when named
+        if args.unshown:
+            from .harness import started_here
             from .leaderboard import shown_runs
 
             runs = store.runs()
-            unfinished.extend(runs.run_id[runs.finished.isna()])
-            return set(runs.run_id) - shown_runs(store) - set(unfinished)
+            unshown = set(runs.run_id) - shown_runs(store)
+            # the latest unfinished run this machine started is in progress or what --resume continues: named only
+            kept.extend(run for run in started_here(store, runs.run_id[runs.finished.isna()])[-1:] if run in unshown)
+            return unshown - set(kept)
         return {resolve_run(store, given, folder.database) for given in args.runs}
 
     removed = folder.prune(chosen, dry_run=args.dry_run)
@@ -337,10 +340,9 @@ def cmd_prune(args) -> int:
     for run in removed:
         print(f"zoo: {verb} run {run.run_id} (started {run.run['started']}, {run.describe()})", file=sys.stderr)
     print(f"zoo: {verb} {len(removed)} run(s) from {folder.database.name} and {folder.export.name}", file=sys.stderr)
-    if unfinished:
-        print(f"zoo: kept {len(unfinished)} unfinished run(s) ({', '.join(unfinished[:3])}"
-              f"{', ...' if len(unfinished) > 3 else ''}): each is in progress, or stopped and resumable with "
-              "--resume; name one to remove it", file=sys.stderr)
+    for run in kept:
+        print(f"zoo: kept run {run}: unfinished and started on this machine, so in progress or what --resume "
+              "continues; name it to remove it", file=sys.stderr)
     return 0
 
 
@@ -496,8 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="remove runs from --out's database and export (the one command that does)")
     p.add_argument("runs", nargs="*", metavar="RUN", help="run id (or a unique prefix) to remove")
     p.add_argument("--unshown", action="store_true",
-                   help="remove every finished run no board shows (each group of comparable runs keeps its latest's "
-                        "board; an unfinished run, in progress or resumable, is removed only when named)")
+                   help="remove every run no board shows (each group of comparable runs keeps its latest's board; "
+                        "the latest unfinished run this machine started, in progress or resumable, only when named)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"board folder (its {DATABASE} and {EXPORT})")
     p.add_argument("--dry-run", action="store_true", help="list the runs it would remove, and remove none")
     p.set_defaults(func=cmd_prune)

@@ -235,17 +235,22 @@ def _report(store, run_id: str, folder, registry, warn) -> pd.DataFrame:
     return results
 
 
+def started_here(store, runs) -> list[str]:
+    """Those of ``runs`` (ids, in order) that this machine started: the only ones ``--resume`` continues here."""
+    import socket
+
+    here = socket.gethostname()
+    return [run for run in runs if store.environment(run).get("host") == here]
+
+
 def _run_to_resume(store, retry_errors: bool, folder) -> str:
     """The latest run in ``store`` that this machine started and did not finish (with ``retry_errors``: finished
     or not): a run started elsewhere (a committed board's, another machine's) is never continued here, as
     its figures and this machine's would then share one run."""
-    import socket
-
     runs = store.runs()
     if not retry_errors:
         runs = runs[runs.finished.isna()]
-    here = socket.gethostname()
-    mine = [run for run in runs.run_id if store.environment(run).get("host") == here]
+    mine = started_here(store, runs.run_id)
     if not mine:
         elsewhere = f" ({len(runs)} started on other machines)" if len(runs) else ""
         raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run this machine started in "
