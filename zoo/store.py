@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sqlite3
+import tempfile
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,7 +181,7 @@ class Store:
     def _open_read_only(self) -> sqlite3.Connection:
         """Read-only, never writing beside the file; on read-only media (where SQLite cannot make the WAL index a
         read needs) the file is opened as immutable: nothing can be writing it there, and a write-ahead log it would
-        not read (changes not yet folded into the file) is refused rather than silently left out."""
+        not read (changes not yet folded into the file) is read with it from a copy (:meth:`_read_with_log`)."""
         uri = self.path.resolve().as_uri()
         connection = None
         try:
@@ -193,16 +194,37 @@ class Store:
             if not isinstance(exc, sqlite3.OperationalError) or os.access(self.path.parent, os.W_OK):
                 raise self._failure(exc) from None
         wal = self.path.with_name(f"{self.path.name}-wal")
-        if wal.is_file() and wal.stat().st_size > 0:  # immutable reads the file alone: the log's runs would be lost
-            raise StoreError(f"{self.label!r}: its write-ahead log {wal.name} holds changes that SQLite reads only "
-                             f"with {self.path.name}-shm beside it or in a folder it can write, and this one is "
-                             f"read-only; copy {self.path.name} and {wal.name} to a writable folder and use that copy")
+        if wal.is_file() and wal.stat().st_size > 0:  # immutable would read the file alone, not the log's changes
+            return self._read_with_log(wal)
         try:
             connection = sqlite3.connect(f"{uri}?immutable=1", uri=True)
             connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
             return connection
         except sqlite3.Error as exc:
             raise self._failure(exc) from None
+
+    def _read_with_log(self, wal: Path) -> sqlite3.Connection:
+        """On read-only media, a database with a write-ahead log beside it and no -shm (a killed run's store copied
+        elsewhere): SQLite reads the log only where it can make the -shm, so the two are copied to a temporary
+        folder, read there together, and kept in memory for the store's later reads; the media is never written."""
+        if self._uri is None:
+            try:
+                with tempfile.TemporaryDirectory(prefix="zoo-read-") as scratch:
+                    copy = Path(scratch) / self.path.name
+                    shutil.copyfile(self.path, copy)
+                    shutil.copyfile(wal, copy.with_name(wal.name))
+                    source = sqlite3.connect(copy)
+                    try:
+                        memory = f"file:zoo-memory-{uuid.uuid4().hex}?mode=memory&cache=shared"
+                        anchor = sqlite3.connect(memory, uri=True)
+                        source.backup(anchor)
+                    finally:
+                        source.close()
+            except (OSError, sqlite3.Error) as exc:
+                raise StoreError(f"{self.label!r}: on read-only media with its write-ahead log {wal.name}, it is "
+                                 f"read from a temporary copy, which failed ({exc})") from None
+            self._uri, self._anchor = memory, anchor
+        return sqlite3.connect(self._uri, uri=True)
 
     def _check_file(self) -> None:
         """Refuse, before any write, a file that is not an undamaged zoo database of a version this zoo reads.
