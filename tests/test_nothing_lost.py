@@ -392,33 +392,37 @@ def test_resume_continues_only_a_run_this_machine_started_and_with_its_own_setti
     assert status == 2 and "no run to continue" in out[0] and not (tmp_path / "nothing-here").exists()
 
 
-def test_a_publication_that_cannot_rename_its_files_into_place_says_why_and_the_next_command_finishes_it(
+def test_a_publication_whose_scratch_is_on_another_filesystem_or_that_cannot_rename_finishes_or_says_why(
         tmp_path, capsys):
-    """.zoo-cache linked to another filesystem: a rename out of it fails (EXDEV) past the commit point; the command
-    says so in one line and keeps the journal, and a command that can rename finishes the publication."""
+    """.zoo-cache linked to another filesystem: its files cannot be renamed into place (EXDEV), so each is copied
+    beside its target and renamed from there, and the board is published whole. A rename that fails otherwise past
+    the commit point is one line naming the file, the journal is kept, and the next command finishes it."""
     folder = tmp_path / "board"
     _, second, _, new = _two_boards(folder)
     real = os.replace
+    failure = [errno.EXDEV]
 
-    def across_filesystems(src, dst):
+    def refusing(src, dst):
         if ".zoo-cache" in Path(src).parts and ".zoo-cache" not in Path(dst).parts:
-            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+            raise OSError(failure[0], os.strerror(failure[0]))
         return real(src, dst)
 
+    unchanged = {k: v for k, v in new.items() if k not in ("runs.jsonl", "results.sqlite")}  # no export is written
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(os, "replace", across_filesystems)
+        patch.setattr(os, "replace", refusing)
+        assert zoo_here(capsys, "leaderboard", "--run", second, "--out", folder)[0] == 0
+        assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == unchanged
+        assert not list(folder.glob(".*.zoo-staged")) and not (folder / ".zoo-cache" / "publish.json").exists()
+        (folder / "README.md").write_text("an older board\n")
+        failure[0] = errno.EACCES
         status, out = zoo_here(capsys, "leaderboard", "--run", second, "--out", folder)
-        assert status == 2 and "cannot put" in out[-1], out
-        name = out[-1].split("cannot put ")[1].split()[0]
-        assert out[-1] == (f"zoo: error: --out: cannot put {name} in place in {str(folder)!r} (.zoo-cache is on "
-                           f"another filesystem than {str(folder)!r} (a link?), and the board's files are renamed from "
-                           "it into place: make .zoo-cache a plain folder there); the publication is kept in "
-                           ".zoo-cache and the next command on the folder finishes it"), out
+        assert status == 2 and out[-1].startswith("zoo: error: --out: cannot put ") and out[-1].endswith(
+            f" in place in {str(folder)!r} (Permission denied); the publication is kept in .zoo-cache, and the next "
+            "command on the folder that can finishes it"), out
     assert (folder / ".zoo-cache" / "publish.json").exists()
     assert zoo_here(capsys, "compare", second, second, "--out", folder)[0] == 0  # it can rename: it finishes it
     assert not (folder / ".zoo-cache" / "publish.json").exists()
-    assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == \
-        {k: v for k, v in new.items() if k not in ("runs.jsonl", "results.sqlite")}  # leaderboard writes no export
+    assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == unchanged
 
 
 def test_a_stale_journal_never_overwrites_a_file_changed_since_and_a_foreign_one_touches_nothing(tmp_path, capsys):

@@ -285,25 +285,22 @@ class BoardFolder:
                 staged, target = staging / name, self.path / name
                 if staged.is_file() and _digest(target) == plan["before"].get(name):
                     try:
-                        os.replace(staged, target)
+                        _move_into_place(staged, target)
                     except OSError as exc:  # the journal stays: the next command that can finishes the publication
-                        raise self._unfinished(name, exc) from None
+                        raise self._unfinished(f"put {name} in place", exc) from None
             for name in plan["remove"]:
                 if _digest(self.path / name) == plan["before"].get(name):
                     try:
                         (self.path / name).unlink(missing_ok=True)
                     except OSError as exc:
-                        raise self._unfinished(name, exc) from None
+                        raise self._unfinished(f"remove {name}", exc) from None
             shutil.rmtree(staging, ignore_errors=True)
         journal.unlink(missing_ok=True)
 
-    def _unfinished(self, name: str, exc: OSError) -> FolderError:
-        """A publication past its commit point that cannot put ``name`` in place: why, in one line."""
-        why = (f"{SCRATCH} is on another filesystem than {str(self.path)!r} (a link?), and the board's files are "
-               f"renamed from it into place: make {SCRATCH} a plain folder there" if exc.errno == errno.EXDEV
-               else exc.strerror or str(exc))
-        return FolderError(f"--out: cannot put {name} in place in {str(self.path)!r} ({why}); the publication is "
-                           f"kept in {SCRATCH} and the next command on the folder finishes it")
+    def _unfinished(self, step: str, exc: OSError) -> FolderError:
+        """A publication past its commit point that cannot take ``step``: what and why, in one line."""
+        return FolderError(f"--out: cannot {step} in {str(self.path)!r} ({exc.strerror or exc}); the publication "
+                           f"is kept in {SCRATCH}, and the next command on the folder that can finishes it")
 
     def _recover(self) -> None:
         """With the lock held: finish a publication whose journal was written, and drop staged files of ones
@@ -422,6 +419,23 @@ def read_runs(source: Path) -> dict[str, RunRecords]:
     if is_database or source.suffix in (".sqlite", ".sqlite3", ".db"):  # an empty or damaged one says so
         return checked(Store(source, readonly=True))
     return read_export(source)
+
+
+def _move_into_place(staged: Path, target: Path) -> None:
+    """Rename a staged file over its target; where the staging folder is on another filesystem (``.zoo-cache`` a
+    link to one), copy it beside the target first, so the replacing rename is still atomic."""
+    try:
+        os.replace(staged, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        beside = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.zoo-staged")
+        try:
+            shutil.copyfile(staged, beside)
+            os.replace(beside, target)
+        finally:
+            beside.unlink(missing_ok=True)
+        staged.unlink()
 
 
 def _plain_name(name: str) -> bool:
