@@ -423,7 +423,8 @@ def section(board) -> zoo.Section:
     plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(board, curve),
                                _recall_state_plot(board, quality)) if plot]
     return zoo.Section("Quality", [
-        f"From {source}.{board.machines_text(SUITE)} Each variant trains with its plugin's quality options (*trained with*: a window, blocks or "
+        f"From {source}.{board.machines_text(SUITE)} Each variant trains with its plugin's quality options "
+        "(*trained with*: a window, blocks or "
         "a projection shorter than the tasks' 16-144 tokens, so its structure is exercised; at its defaults it "
         "would be dense attention there). "
         f"Accuracy on fresh examples after training with the same budget and hyper-parameters "
