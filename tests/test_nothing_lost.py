@@ -513,6 +513,7 @@ BAD_LINES = [
      "jobs.provenance: card.targets: item 0: expected an object, got 5"),
     ("results", _set("n", -5), "results.n: expected an integer of 0 or more or null, got -5"),
     ("jobs", _set("seconds", -1), "jobs.seconds: expected a duration of 0 s or more or null, got -1"),
+    ("jobs", _set("row_count", -1), "jobs.row_count: expected an integer of 0 or more or null, got -1"),
 ]
 
 
@@ -536,9 +537,19 @@ def _speed_row(lines: list[str]) -> int:
     return next(i for i, line in enumerate(lines) if '"suite": "speed"' in line and '"table": "results"' in line)
 
 
+def _without_last_row_of_job(lines: list[str], i: int) -> list[str]:
+    """The lines without the last result line of the job whose row is line ``i``: every row before it keeps its
+    place, so only the count its jobs line recorded can tell."""
+    job = {key: json.loads(lines[i])[key] for key in ("run_id", "variant", "suite")}
+    last = max(j for j, line in enumerate(lines) if json.loads(line)["table"] == "results"
+               and all(json.loads(line)[key] == value for key, value in job.items()))
+    return [*lines[:last], *lines[last + 1:]]
+
+
 FILE_EDITS = [
     ("a duplicated result line", lambda lines, i: [*lines[:i + 1], lines[i], *lines[i + 1:]], "appears twice (also at"),
     ("a result line lost", lambda lines, i: [*lines[:i], *lines[i + 1:]], "comes first: a line is missing"),
+    ("the last result line of a job lost", _without_last_row_of_job, "recorded 2 rows, 1 is here: a line is missing"),
     ("a line nested too deeply", lambda lines, i: [*lines[:i], "[" * 100000 + "]" * 100000, *lines[i + 1:]],
      "not a JSON line (nested too deeply)"),
 ]
@@ -555,6 +566,18 @@ def test_a_line_duplicated_or_lost_is_seen(tmp_path, capsys, edit, message):
     status, out = zoo_here(capsys, "leaderboard", "--out", folder)
     assert status == 2 and len(out) == 1 and message in out[0], out
     assert snapshot(folder) == before
+
+
+def test_a_database_row_lost_is_seen_before_it_is_merged(tmp_path, capsys):
+    folder = tmp_path / "board"
+    store, [run] = published(folder)
+    with sqlite3.connect(store.path) as db:  # the speed job's last row, deleted by hand
+        db.execute("DELETE FROM results WHERE rowid = (SELECT MAX(rowid) FROM results WHERE suite = 'speed')")
+    other = tmp_path / "other"
+    status, out = zoo_here(capsys, "merge", store.path, "--out", other)
+    assert status == 2 and len(out) == 1, out
+    assert f"(jobs of run {run!r}): job dot-product/speed of run {run!r} recorded 2 rows, 1 is here" in out[0], out
+    assert not (other / "results.sqlite").exists()
 
 
 def test_a_duplicated_line_an_orphan_jobs_line_and_a_byte_that_is_not_utf8_are_refused_by_every_command(tmp_path,

@@ -1,8 +1,9 @@
 """``runs.jsonl``: a board's runs as text, committed beside the board in place of the SQLite store.
 
 One JSON object per line: ``table`` names its table (runs, jobs or results), the other keys are that table's
-columns, all of them, and a result line also carries ``row``, its place among its job's rows (so a duplicated or
-a missing line is seen). A run's lines are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted
+columns, all of them, and a result line also carries ``row``, its place among its job's rows, while a jobs line
+says how many rows its job recorded (``row_count``), so a duplicated or a missing line is seen, the last of a
+job's too. A run's lines are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted
 by id, so the same runs always give the same bytes and a new run is one block in a diff.
 
 Reading checks every line against :data:`SCHEMA` and the file as a whole (no run, job or row twice, none
@@ -266,14 +267,15 @@ _RESULT_KINDS: dict[str, Kind] = {
     "batch": _optional_count,
 }
 OPTIONAL = {("results", "versus"): "", ("results", "params"): None, ("results", "low"): None, ("results", "high"): None,
-            ("results", "batch"): None}
+            ("results", "batch"): None, ("jobs", "row_count"): None}
 """Columns added since exports were first written, with the value a line without them has: a line leaves them out
-at that value, so a run stored before they existed keeps its lines (and its digest) as they were."""
+at that value, so a run stored before they existed keeps its lines (and its digest) as they were (a job recorded
+before ``row_count`` existed has none, and the count of its rows is not checked)."""
 SCHEMA: dict[str, dict[str, Kind]] = {
     "runs": {"run_id": _name, "started": _name, "profile": _name, "settings": _settings,
              "environment": _json_object, "finished": _optional_text},
     "jobs": {"run_id": _name, "variant": _name, "suite": _name, "status": _one_of(JOB_STATUSES),
-             "seconds": _optional_duration, "provenance": _provenance},
+             "seconds": _optional_duration, "provenance": _provenance, "row_count": _optional_count},
     "results": {"run_id": _name, "variant": _name, "suite": _name, **{f: _RESULT_KINDS[f] for f in RESULT_FIELDS}},
 }
 """The one schema of a stored run: each table's columns and their types (the store's tables have these columns)."""
@@ -376,7 +378,7 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
     return the runs by id. ``numbered``: result records carry their ``row`` (an export's lines; an export
     written before rows were numbered is read in its order)."""
     runs: dict[str, RunRecords] = {}
-    jobs: dict[tuple, str] = {}
+    jobs: dict[tuple, tuple[str, dict]] = {}
     pending: list[tuple[str, str, dict, object]] = []
     verdicts: dict[tuple, str | None] = {}  # a repeated text's verdict, once per kind
     for where, record in records:
@@ -394,8 +396,9 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
         key = (values["run_id"], values["variant"], values["suite"])
         if table == "jobs":
             if key in jobs:
-                raise ExportError(f"{where}: job {key[1]}/{key[2]} of run {key[0]!r} appears twice (also at {jobs[key]})")
-            jobs[key] = where
+                raise ExportError(f"{where}: job {key[1]}/{key[2]} of run {key[0]!r} appears twice "
+                                  f"(also at {jobs[key][0]})")
+            jobs[key] = where, values
             run.jobs.append(values)
     seen: dict[tuple, list[str]] = {}
     for where, table, values, place in pending:
@@ -411,6 +414,12 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
             raise ExportError(f"{where}: row {place} of job {key[1]}/{key[2]} of run {key[0]!r} {what}")
         earlier.append(where)
         runs[key[0]].results.append(values)
+    for key, (where, job) in jobs.items():
+        count, recorded = len(seen.get(key, ())), job["row_count"]
+        if recorded is not None and count != recorded:
+            raise ExportError(f"{where}: job {key[1]}/{key[2]} of run {key[0]!r} recorded {recorded} rows, "
+                              f"{count} {'are' if count != 1 else 'is'} here: "
+                              f"{'a line is missing' if count < recorded else 'a line was added'}")
     return runs
 
 

@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     status TEXT NOT NULL,
     seconds REAL,
     provenance TEXT NOT NULL,
+    row_count INTEGER,
     PRIMARY KEY (run_id, variant, suite)
 );
 CREATE TABLE IF NOT EXISTS results (
@@ -85,16 +86,17 @@ CREATE TABLE IF NOT EXISTS agreement (export_sha256 TEXT NOT NULL, generation IN
 # insert, update and delete, whoever makes it); agreement: the sha256 of an export that holds exactly this
 # store's runs, and the generation at which that was established (it holds while the generation has not moved)
 
-SCHEMA_VERSION = 7
-"""``PRAGMA user_version`` of a store this zoo writes (6: before ``generation`` and ``agreement``; 5: before rows had
+SCHEMA_VERSION = 8
+"""``PRAGMA user_version`` of a store this zoo writes (7: before jobs had ``row_count``; 6: before ``generation`` and ``agreement``; 5: before rows had
 ``batch``; 4: before rows had ``low`` and
 ``high``; 3: before rows had
 ``versus`` and ``params``; 2: before
 ``exported``; 1: before per-round samples were kept; 0: a store written before the version was recorded, read as
 1). An older store gains what it lacks when first opened for writing; a newer one is refused, never converted."""
-ADDED_COLUMNS = {"samples": "TEXT", "versus": "TEXT NOT NULL DEFAULT ''", "params": "TEXT", "low": "REAL", "high": "REAL",
-                 "batch": "INTEGER"}
-"""Result columns added since the first stores, as an older store gains them."""
+ADDED_COLUMNS = {("results", "samples"): "TEXT", ("results", "versus"): "TEXT NOT NULL DEFAULT ''",
+                 ("results", "params"): "TEXT", ("results", "low"): "REAL", ("results", "high"): "REAL",
+                 ("results", "batch"): "INTEGER", ("jobs", "row_count"): "INTEGER"}
+"""Columns added since the first stores, by (table, column), as an older store gains them."""
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZOO_TABLES = {"runs", "jobs", "results"}
 
@@ -259,9 +261,8 @@ class Store:
                 raise StoreError(f"{self.label!r} is not a zoo results database (it has no "
                                  f"{', '.join(sorted(ZOO_TABLES - tables))} table); it was left as it is")
             for table in sorted(ZOO_TABLES):
-                present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
-                missing = [c for c in TABLE_COLUMNS[table] if c not in present
-                           and not (table == "results" and c in ADDED_COLUMNS)]
+                present = _columns(connection, table)
+                missing = [c for c in TABLE_COLUMNS[table] if c not in present and (table, c) not in ADDED_COLUMNS]
                 if missing:
                     raise StoreError(f"{self.label!r} is not a zoo results database (its {table} table has no "
                                      f"{', '.join(missing)} column); it was left as it is")
@@ -327,8 +328,9 @@ class Store:
                 f"INSERT INTO results (run_id, {_COLUMN_LIST}) VALUES (?, {', '.join('?' * len(RESULT_COLUMNS))})",
                 [(run_id, variant, suite, *(r[name] for name in RESULT_FIELDS)) for r in kept],
             )
-            db.execute("INSERT INTO jobs (run_id, variant, suite, status, seconds, provenance) VALUES (?, ?, ?, ?, ?, ?)",
-                       (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True)))
+            db.execute("INSERT INTO jobs (run_id, variant, suite, status, seconds, provenance, row_count) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True), len(kept)))
 
     def _gone(self, run_id: str, consequence: str) -> StoreError:
         """A run removed from the store while it ran (``zoo prune`` names runs by id): its writes are refused, not
@@ -378,8 +380,9 @@ class Store:
     def results(self, run_id: str) -> pd.DataFrame:
         """A run's rows, samples and params read back as lists and dicts (a read-only older store: without them)."""
         with self._db() as db:
-            present = _columns(db)
-            selected = ", ".join(f'"{c}"' if c in present else f"{_absent(c)} AS \"{c}\"" for c in RESULT_COLUMNS)
+            present = _columns(db, "results")
+            selected = ", ".join(f'"{c}"' if c in present else f'{_absent("results", c)} AS "{c}"'
+                                 for c in RESULT_COLUMNS)
             frame = pd.read_sql_query(f"SELECT {selected} FROM results WHERE run_id = ?", db, params=(run_id,))
         for column in ("n", "batch"):
             frame[column] = frame[column].astype("Int64")
@@ -406,12 +409,11 @@ class Store:
     def records(self, run_ids: Iterable[str] | None = None) -> dict[str, RunRecords]:
         """The runs (all, or ``run_ids``) as :class:`~zoo.export.RunRecords`, rows in the order written."""
         with self._db() as db:
-            present = _columns(db)
             wanted = None if run_ids is None else set(run_ids)
             runs: dict[str, RunRecords] = {}
             for table, columns in TABLE_COLUMNS.items():
-                select = ", ".join(f'"{c}"' if table != "results" or c in present else f'{_absent(c)} AS "{c}"'
-                                   for c in columns)
+                present = _columns(db, table)
+                select = ", ".join(f'"{c}"' if c in present else f'{_absent(table, c)} AS "{c}"' for c in columns)
                 for row in db.execute(f"SELECT {select} FROM {table} ORDER BY rowid"):
                     record = dict(zip(columns, row))
                     if wanted is not None and record["run_id"] not in wanted:
@@ -504,18 +506,17 @@ class Store:
         return memory
 
 
-def _absent(column: str) -> str:
-    """What an older store's missing result column reads as: what an export line without it holds."""
-    return "''" if OPTIONAL.get(("results", column)) == "" else "NULL"
+def _absent(table: str, column: str) -> str:
+    """What an older store's missing column reads as: what an export line without it holds."""
+    return "''" if OPTIONAL.get((table, column)) == "" else "NULL"
 
 
 def _upgrade(db: sqlite3.Connection) -> None:
     """An older store's tables as this zoo writes them (what it lacks is added; nothing is removed)."""
     db.executescript(SCHEMA)
-    present = _columns(db)
-    for column, kind in ADDED_COLUMNS.items():
-        if column not in present:
-            db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+    for (table, column), kind in ADDED_COLUMNS.items():
+        if column not in _columns(db, table):
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -556,5 +557,5 @@ def device_kind(environment: dict) -> str:
 _COLUMN_LIST = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
 
 
-def _columns(db: sqlite3.Connection) -> set[str]:
-    return {row[1] for row in db.execute("PRAGMA table_info(results)")}
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
