@@ -425,6 +425,37 @@ def test_a_publication_whose_scratch_is_on_another_filesystem_or_that_cannot_ren
     assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == unchanged
 
 
+def test_each_step_of_a_publication_is_on_disk_before_the_next_so_a_power_cut_cannot_mix_two_boards(tmp_path, capsys):
+    """Renames and removals are on disk only once their folder is synced: the staged files before the journal names
+    them, the journal before the first file is put in place, and every file in place before the journal goes."""
+    import zoo.folder
+
+    folder = tmp_path / "board"
+    _, second, _, _ = _two_boards(folder)
+    scratch, journal = folder / ".zoo-cache", folder / ".zoo-cache" / "publish.json"
+    real_replace, real_sync = os.replace, zoo.folder._sync_folder
+    steps = []
+
+    def replacing(src, dst):
+        real_replace(src, dst)
+        steps.append(("journal" if Path(dst) == journal else "in place" if Path(dst).parent == folder else "other"))
+
+    def syncing(path):
+        real_sync(path)
+        path = Path(path)
+        steps.append("staging synced" if path.parent == scratch else "scratch synced" if path == scratch else
+                     f"folder synced, journal {'kept' if journal.exists() else 'gone'}" if path == folder else "other")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "replace", replacing)
+        patch.setattr(zoo.folder, "_sync_folder", syncing)
+        assert zoo_here(capsys, "leaderboard", "--run", second, "--out", folder)[0] == 0
+    placed = steps.count("in place")
+    assert placed >= 2 and steps == ["staging synced", "journal", "scratch synced", *["in place"] * placed,
+                                     "folder synced, journal kept"], steps
+    assert not journal.exists()
+
+
 def test_a_stale_journal_never_overwrites_a_file_changed_since_and_a_foreign_one_touches_nothing(tmp_path, capsys):
     from zoo.folder import JOURNAL
 

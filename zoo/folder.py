@@ -17,10 +17,11 @@ as they go (ignored by git), and ``runs.jsonl``, the text export committed besid
   names each.
 - **Written as a whole.** Every file of one publication (the board's files, the export) is staged under
   ``.zoo-cache/``, then a journal naming them and what each file held before is written atomically, then they
-  are renamed into place; one lock serialises publications. An interrupted publication is finished (journal
-  written) or discarded (not yet) by the next command that opens the folder, so the board's files are all from
-  one publication; a file changed by someone else since the journal was written (a ``git pull``) is left as it
-  is, and its staged copy dropped (the database still holds every run that copy had).
+  are renamed into place, each step on disk (files and folders synced) before the next; one lock serialises
+  publications. An interrupted publication is finished (journal written) or discarded (not yet) by the next
+  command that opens the folder, so the board's files are all from one publication; a file changed by someone
+  else since the journal was written (a ``git pull``) is left as it is, and its staged copy dropped (the
+  database still holds every run that copy had).
 """
 
 from __future__ import annotations
@@ -263,10 +264,12 @@ class BoardFolder:
             staging.mkdir(parents=True)
             for name, content in files.items():
                 _write_durably(staging / name, content)
+            _sync_folder(staging)
             before = {name: _digest(self.path / name) for name in [*files, *remove]}
             _write_durably(pending, json.dumps({"staging": staging.name, "files": sorted(files), "remove": remove,
                                                 "before": before}).encode())
             os.replace(pending, journal)  # the commit point
+            _sync_folder(self.scratch)  # ... once on disk: no file is put in place before it is
         except OSError as exc:
             pending.unlink(missing_ok=True)
             shutil.rmtree(staging, ignore_errors=True)
@@ -294,6 +297,10 @@ class BoardFolder:
                         (self.path / name).unlink(missing_ok=True)
                     except OSError as exc:
                         raise self._unfinished(f"remove {name}", exc) from None
+            try:
+                _sync_folder(self.path)  # the renames on disk before the journal that can finish them goes
+            except OSError as exc:
+                raise self._unfinished("write the folder's new entries to disk", exc) from None
             shutil.rmtree(staging, ignore_errors=True)
         journal.unlink(missing_ok=True)
 
@@ -432,6 +439,8 @@ def _move_into_place(staged: Path, target: Path) -> None:
         beside = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.zoo-staged")
         try:
             shutil.copyfile(staged, beside)
+            with open(beside, "rb+") as handle:
+                os.fsync(handle.fileno())  # its bytes on disk before its name is
             os.replace(beside, target)
         finally:
             beside.unlink(missing_ok=True)
@@ -478,6 +487,19 @@ def _write_durably(path: Path, content: bytes) -> None:
         handle.write(content)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _sync_folder(folder: Path) -> None:
+    """Put a folder's entries (the renames and removals made in it) on disk: without it a power cut could keep the
+    removal of a journal and lose the renames it was kept to finish, leaving a board part old, part new."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # a filesystem that cannot sync a folder: nothing to do
+            raise
+    finally:
+        os.close(descriptor)
 
 
 def resolve_run(store: Store, given: str, where: Path | str, label: str = "") -> str:
