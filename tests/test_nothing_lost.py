@@ -854,6 +854,32 @@ def test_six_renderers_and_a_run_on_one_folder_at_once_all_succeed(tmp_path):
     assert not [p for p in (folder / ".zoo-cache").iterdir() if p.name != "lock"]
 
 
+def test_a_board_whose_runs_are_published_anew_while_it_is_drawn_is_drawn_again_from_them(tmp_path, capsys):
+    """`zoo leaderboard` reads the runs, draws (seconds), then publishes: a run finishing in between published its
+    own board and export, and the older board was put over it."""
+    import zoo.leaderboard
+
+    folder = tmp_path / "board"
+    store, [first] = published(folder)
+    real = zoo.leaderboard.board_files
+    finished = []
+
+    def drawn_while_a_run_finishes(*args, **kwargs):
+        files = real(*args, **kwargs)
+        if not finished:  # once: a run publishes its board and the export between the read and this publication
+            finished.append(fabricate(store, "2026-02-01 00:00:00"))
+            render(store, finished[0], folder, keep_runs=True)
+        return files
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(zoo.leaderboard, "board_files", drawn_while_a_run_finishes)
+        status, out = zoo_here(capsys, "leaderboard", "--out", folder)
+    assert status == 0 and any("were published anew while its board was drawn" in line and "drawing it again" in line
+                               for line in out), out
+    assert f"leaderboard for run {finished[0]} written" in out[-1], out
+    assert finished[0] in (folder / "README.md").read_text() and set(exported_runs(folder)) == {first, finished[0]}
+
+
 # --- the SQLite store under abuse -----------------------------------------------------------------------------
 
 

@@ -245,28 +245,40 @@ def _summary(results, suites) -> None:
 
 
 def cmd_leaderboard(args) -> int:
-    """zoo leaderboard: re-render a board from its runs, writing no store."""
-    from .folder import resolve_run
-    from .leaderboard import render
+    """zoo leaderboard: re-render a board from its runs, writing no store. Where a run or merge publishes the
+    folder's runs anew while the board is drawn, it is drawn again from them (an older board never replaces the
+    newer one)."""
+    from .folder import RunsChanged, resolve_run
+    from .leaderboard import board_run, render
 
-    store, path = _read_only_store(args.out)
     suites = _registry(args).suites
     if args.by == "device":
-        return _leaderboard_by_device(store, Path(args.out), suites)
-    from .leaderboard import board_run
+        return _leaderboard_by_device(_read_only_store(args.out)[1], Path(args.out), suites)
+    for attempt in range(1, DRAWS + 1):
+        folder, store = _read_only_store(args.out, say=attempt == 1)
+        shown, held = board_run(store, suites)
+        if args.run:
+            run_id = resolve_run(store, args.run, folder.database, "--run: ")
+        else:
+            run_id = shown
+            if run_id is None:
+                raise OptionError(f"--out: no run in {str(folder.path)!r}")
+            for run, why in held.items() if attempt == 1 else ():
+                print(f"zoo: run {run} is held back ({why}): --run {run} publishes it", file=sys.stderr)
+        try:
+            written = render(store, run_id, Path(args.out), suites=suites, held_runs=held, read_from=folder)
+        except RunsChanged as changed:
+            if attempt == DRAWS:
+                raise RunsChanged(f"{changed} ({DRAWS} times): run it again once the runs publishing there are done") \
+                    from None
+            print(f"zoo: {changed}: drawing it again", file=sys.stderr)
+            continue
+        print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
+        return 0
 
-    shown, held = board_run(store, suites)
-    if args.run:
-        run_id = resolve_run(store, args.run, path, "--run: ")
-    else:
-        run_id = shown
-        if run_id is None:
-            raise OptionError(f"--out: no run in {str(path)!r}")
-        for run, why in held.items():
-            print(f"zoo: run {run} is held back ({why}): --run {run} publishes it", file=sys.stderr)
-    written = render(store, run_id, Path(args.out), suites=suites, held_runs=held)
-    print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
-    return 0
+
+DRAWS = 3
+"""How many times `zoo leaderboard` draws a board whose runs were published anew meanwhile before it gives up."""
 
 
 def _version() -> str:
@@ -278,16 +290,16 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _read_only_store(out: str):
-    """``--out``'s runs for a command that only reads them: the join of its database and its committed export,
-    in memory (neither file is written), and the database's path for messages."""
+def _read_only_store(out: str, say: bool = True):
+    """``--out``'s folder and its runs for a command that only reads them: the join of its database and its
+    committed export, in memory (neither file is written); ``say``: print what the join found to say."""
     from .folder import BoardFolder
 
     folder = BoardFolder(out)
     store = folder.for_reading()
-    for line in folder.notices(writing=False):
+    for line in folder.notices(writing=False) if say else ():
         print(line, file=sys.stderr)
-    return store, folder.database
+    return folder, store
 
 
 def _leaderboard_by_device(store, out: Path, suites) -> int:

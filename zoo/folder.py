@@ -57,6 +57,11 @@ class FolderError(ZooError):
     """A board folder cannot be read or written (not writable, disk full, runs that conflict)."""
 
 
+class RunsChanged(FolderError):
+    """The folder's runs were published anew (a run or merge finished) after a board of them was read and before
+    it was published: publishing it would put an older board over the newer one."""
+
+
 class BoardFolder:
     """The folder at ``path`` (see the module's rules)."""
 
@@ -69,6 +74,7 @@ class BoardFolder:
         self.scratch = self.path / SCRATCH
         self.unexported: list[str] = []  # after a join: the runs with jobs the database holds and the export does not
         self.changed_here: list[str] = []  # after a join: runs the database changed since the export last held them
+        self.read_export: tuple[str | None] | None = None  # after for_reading: (the sha256 of the export it read,)
 
     # --- opening ----------------------------------------------------------------------------------------
 
@@ -107,6 +113,7 @@ class BoardFolder:
         sha = _sha256(data)
         if not self._agreed(store, sha):
             self._join(store, self._parse(data), sha)
+        self.read_export = (sha,)
         return store
 
     def published(self, pattern: str) -> dict[str, bytes]:
@@ -224,12 +231,17 @@ class BoardFolder:
 
     # --- writing ----------------------------------------------------------------------------------------
 
-    def publish(self, files: dict[str, bytes], store: Store | None = None, remove: Iterable[str] = ()) -> list[Path]:
+    def publish(self, files: dict[str, bytes], store: Store | None = None, remove: Iterable[str] = (),
+                as_read: bool = False) -> list[Path]:
         """Write ``files`` (name -> content) into the folder as a whole and delete ``remove``; with ``store`` (the
         folder's own database), also the export of every run it holds, joined first with the export on disk
-        now (a pull during a run is kept). Returns the paths written."""
+        now (a pull during a run is kept); ``as_read``: only while the export is the one :meth:`for_reading`
+        read, else :class:`RunsChanged` and nothing is written. Returns the paths written."""
         self.path_must_be_writable()
         with self._locked():
+            if as_read and self.read_export != (_sha256(self._export_bytes()),):
+                raise RunsChanged(f"--out: the runs in {str(self.path)!r} were published anew while its board was "
+                                  "drawn; that board was not written")
             if store is None:
                 return self._commit(dict(files), [name for name in remove if name not in files])
             data = self._export_bytes()

@@ -45,14 +45,16 @@ def registered_suites() -> dict[str, Suite]:
 
 def render(store: Store, run_id: str, out_dir: Path, keep_runs: bool = False,
            suites: dict[str, Suite] | None = None, held_back: str | None = None,
-           held_runs: dict[str, str] | None = None) -> list[Path]:
+           held_runs: dict[str, str] | None = None, read_from: BoardFolder | None = None) -> list[Path]:
     """Write the board for ``run_id`` into ``out_dir`` as a whole (:func:`board_files`); ``keep_runs`` (``store``
     is the folder's own database): with the export of every run it holds; ``held_back``: why this run's board is
     not the folder's (said at its top); ``held_runs``: :func:`board_run`'s held-back runs, where the caller has
-    them. Returns the paths, README.md first."""
+    them; ``read_from``: the folder ``store`` was read from (:meth:`BoardFolder.for_reading`), whose runs must not
+    have been published anew since (:class:`~zoo.folder.RunsChanged`). Returns the paths, README.md first."""
     files = board_files(store, run_id, out_dir, suites, held_back, held_runs)
     stale = [p.name for p in Path(out_dir).glob("*.png") if p.name not in files]  # plots an earlier board drew
-    return BoardFolder(out_dir).publish(files, store=store if keep_runs else None, remove=stale)
+    folder = read_from or BoardFolder(out_dir)
+    return folder.publish(files, store=store if keep_runs else None, remove=stale, as_read=read_from is not None)
 
 
 def _board_of(store: Store, run_id: str, suites: dict[str, Suite], folder: Path,
