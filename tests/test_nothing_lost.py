@@ -425,9 +425,13 @@ def test_a_publication_whose_scratch_is_on_another_filesystem_or_that_cannot_ren
     assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == unchanged
 
 
-def test_each_step_of_a_publication_is_on_disk_before_the_next_so_a_power_cut_cannot_mix_two_boards(tmp_path, capsys):
-    """Renames and removals are on disk only once their folder is synced: the staged files before the journal names
-    them, the journal before the first file is put in place, and every file in place before the journal goes."""
+@pytest.mark.parametrize("scratch_elsewhere", [False, True], ids=["scratch here", "scratch on another filesystem"])
+def test_each_step_of_a_publication_is_on_disk_before_the_next_so_a_power_cut_cannot_mix_two_boards(
+        tmp_path, capsys, scratch_elsewhere):
+    """Renames and removals are on disk only once their folder is synced: the staged files and the staging folder
+    before the journal names them, the journal before the first file is put in place, every file in place before
+    the journal goes; a staged file copied across filesystems is removed only after that (its removal could reach
+    the disk before the rename)."""
     import zoo.folder
 
     folder = tmp_path / "board"
@@ -437,23 +441,67 @@ def test_each_step_of_a_publication_is_on_disk_before_the_next_so_a_power_cut_ca
     steps = []
 
     def replacing(src, dst):
+        if scratch_elsewhere and Path(src).parent.parent == scratch and Path(dst).parent == folder:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
         real_replace(src, dst)
         steps.append(("journal" if Path(dst) == journal else "in place" if Path(dst).parent == folder else "other"))
 
     def syncing(path):
         real_sync(path)
         path = Path(path)
+        staged = sum(1 for p in scratch.glob("publish-*/*"))
         steps.append("staging synced" if path.parent == scratch else "scratch synced" if path == scratch else
-                     f"folder synced, journal {'kept' if journal.exists() else 'gone'}" if path == folder else "other")
+                     f"folder synced, journal {'kept' if journal.exists() else 'gone'}, {staged} staged"
+                     if path == folder else "other")
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(os, "replace", replacing)
         patch.setattr(zoo.folder, "_sync_folder", syncing)
         assert zoo_here(capsys, "leaderboard", "--run", second, "--out", folder)[0] == 0
     placed = steps.count("in place")
-    assert placed >= 2 and steps == ["staging synced", "journal", "scratch synced", *["in place"] * placed,
-                                     "folder synced, journal kept"], steps
-    assert not journal.exists()
+    assert placed >= 2 and steps == ["staging synced", "scratch synced", "journal", "scratch synced",
+                                     *["in place"] * placed,
+                                     f"folder synced, journal kept, {placed if scratch_elsewhere else 0} staged"], steps
+    assert not journal.exists() and not list(scratch.glob("publish-*"))
+
+
+def test_a_journal_not_synced_is_finished_by_the_next_command_and_an_unreadable_folder_still_publishes(
+        tmp_path, capsys):
+    """Past the commit point a failure keeps what was staged (it was all dropped as if nothing were committed, and
+    the next command carried out only the journal's removals); a folder that can be written and not read (its
+    entries cannot be opened to sync) publishes as before."""
+    import zoo.folder
+
+    folder = tmp_path / "board"
+    _, second, _, new = _two_boards(folder)
+    scratch, journal = folder / ".zoo-cache", folder / ".zoo-cache" / "publish.json"
+    real_sync, real_open = zoo.folder._sync_folder, os.open
+    boards = {k: v for k, v in new.items() if k not in ("runs.jsonl", "results.sqlite")}
+
+    def failing_once_committed(path):
+        if Path(path) == scratch and journal.exists():
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_sync(path)
+
+    (folder / "README.md").write_text("an older board\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(zoo.folder, "_sync_folder", failing_once_committed)
+        status, out = zoo_here(capsys, "leaderboard", "--run", second, "--out", folder)
+    assert status == 2 and "cannot write the journal to disk" in out[-1] and "next command on the folder" in out[-1]
+    assert journal.exists() and list(scratch.glob("publish-*/README.md"))
+    assert zoo_here(capsys, "compare", second, second, "--out", folder)[0] == 0  # it finishes the publication
+    assert {k: v for k, v in snapshot(folder).items() if k in boards} == boards and not journal.exists()
+
+    def unreadable_folders(path, flags, *args, **kwargs):
+        if flags & os.O_DIRECTORY:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    (folder / "README.md").write_text("an older board\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "open", unreadable_folders)
+        assert zoo_here(capsys, "leaderboard", "--run", second, "--out", folder)[0] == 0
+    assert {k: v for k, v in snapshot(folder).items() if k in boards} == boards and not journal.exists()
 
 
 def test_a_stale_journal_never_overwrites_a_file_changed_since_and_a_foreign_one_touches_nothing(tmp_path, capsys):

@@ -280,12 +280,16 @@ class BoardFolder:
             before = {name: _digest(self.path / name) for name in [*files, *remove]}
             _write_durably(pending, json.dumps({"staging": staging.name, "files": sorted(files), "remove": remove,
                                                 "before": before}).encode())
+            _sync_folder(self.scratch)  # the staging folder's entry on disk before a journal can name it
             os.replace(pending, journal)  # the commit point
-            _sync_folder(self.scratch)  # ... once on disk: no file is put in place before it is
         except OSError as exc:
             pending.unlink(missing_ok=True)
             shutil.rmtree(staging, ignore_errors=True)
             raise self._write_failure(exc, "the board was not written; the previous one is as it was") from None
+        try:
+            _sync_folder(self.scratch)  # the journal on disk before any file is put in place
+        except OSError as exc:
+            raise self._unfinished("write the journal to disk", exc) from None
         self._apply(journal)
         return [self.path / name for name in files]
 
@@ -456,7 +460,8 @@ def _move_into_place(staged: Path, target: Path) -> None:
             os.replace(beside, target)
         finally:
             beside.unlink(missing_ok=True)
-        staged.unlink()
+        # the staged copy stays until the folder is synced: on another filesystem, its removal could reach the
+        # disk before the rename, and a journal finished after a power cut would then find nothing to put in place
 
 
 def _plain_name(name: str) -> bool:
@@ -504,14 +509,23 @@ def _write_durably(path: Path, content: bytes) -> None:
 def _sync_folder(folder: Path) -> None:
     """Put a folder's entries (the renames and removals made in it) on disk: without it a power cut could keep the
     removal of a journal and lose the renames it was kept to finish, leaving a board part old, part new."""
-    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM):  # a folder that can be written and not read: it cannot be synced
+            return
+        raise
     try:
         os.fsync(descriptor)
     except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):  # a filesystem that cannot sync a folder: nothing to do
+        if exc.errno not in _CANNOT_SYNC_A_FOLDER:
             raise
     finally:
         os.close(descriptor)
+
+
+_CANNOT_SYNC_A_FOLDER = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
+"""What fsync of a folder raises on a filesystem that cannot sync one: there is nothing more to do there."""
 
 
 def resolve_run(store: Store, given: str, where: Path | str, label: str = "") -> str:
