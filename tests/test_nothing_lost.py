@@ -371,7 +371,8 @@ def test_a_run_with_no_job_yet_is_never_exported_nor_brought_back(tmp_path, caps
     assert zoo_here(capsys, "merge", tmp_path / "unrelated" / "runs.jsonl", "--out", folder)[0] == 0
     assert starting not in exported_runs(folder)
     store.discard_if_empty(starting)
-    zombie = json.dumps({"table": "runs", **{**store.records()[run].run, "run_id": "2026-03-02T0000-zombie"}})
+    zombie = json.dumps({"table": "runs", **{key: value for key, value in store.records()[run].run.items()
+                                             if key != "job_count"}, "run_id": "2026-03-02T0000-zombie"})
     (folder / "runs.jsonl").write_text((folder / "runs.jsonl").read_text() + zombie + "\n")  # one an older zoo wrote
     assert "2026-03-02T0000-zombie" not in set(BoardFolder(folder).for_reading().runs().run_id)
     assert starting not in set(BoardFolder(folder).for_writing().runs().run_id)
@@ -593,6 +594,7 @@ BAD_LINES = [
     ("results", _set("n", -5), "results.n: expected an integer of 0 or more or null, got -5"),
     ("jobs", _set("seconds", -1), "jobs.seconds: expected a duration of 0 s or more or null, got -1"),
     ("jobs", _set("row_count", -1), "jobs.row_count: expected an integer of 0 or more or null, got -1"),
+    ("runs", _set("job_count", 1.5), "runs.job_count: expected an integer (64-bit) or null, got 1.5"),
 ]
 
 
@@ -616,6 +618,13 @@ def _speed_row(lines: list[str]) -> int:
     return next(i for i, line in enumerate(lines) if '"suite": "speed"' in line and '"table": "results"' in line)
 
 
+def _without_job(lines: list[str], i: int) -> list[str]:
+    """The lines without the jobs line and the rows of the job whose row is line ``i``: nothing else refers to it."""
+    job = {key: json.loads(lines[i])[key] for key in ("run_id", "variant", "suite")}
+    return [line for line in lines if json.loads(line)["table"] == "runs"
+            or any(json.loads(line)[key] != value for key, value in job.items())]
+
+
 def _without_last_row_of_job(lines: list[str], i: int) -> list[str]:
     """The lines without the last result line of the job whose row is line ``i``: every row before it keeps its
     place, so only the count its jobs line recorded can tell."""
@@ -628,7 +637,8 @@ def _without_last_row_of_job(lines: list[str], i: int) -> list[str]:
 FILE_EDITS = [
     ("a duplicated result line", lambda lines, i: [*lines[:i + 1], lines[i], *lines[i + 1:]], "appears twice (also at"),
     ("a result line lost", lambda lines, i: [*lines[:i], *lines[i + 1:]], "comes first: a line is missing"),
-    ("the last result line of a job lost", _without_last_row_of_job, "recorded 2 rows, 1 is here: a line is missing"),
+    ("the last result line of a job lost", _without_last_row_of_job, "recorded 2 rows, 1 is here: a row is missing"),
+    ("a whole job lost", _without_job, "recorded 2 jobs, 1 is here: a job is missing"),
     ("a line nested too deeply", lambda lines, i: [*lines[:i], "[" * 100000 + "]" * 100000, *lines[i + 1:]],
      "not a JSON line (nested too deeply)"),
 ]

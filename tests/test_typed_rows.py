@@ -149,24 +149,30 @@ def test_an_older_store_gains_the_new_columns_and_reads_the_same_before_it_does(
     assert writable.records([run])[run].digest() == source.records([run])[run].digest()
 
 
-def test_a_job_stored_before_row_counts_keeps_its_export_lines_and_a_new_job_counts_its_rows(tmp_path):
+def test_a_run_stored_before_counts_keeps_its_export_lines_and_a_new_one_counts_its_jobs_and_rows(tmp_path):
     source = Store(tmp_path / "new.sqlite")
     run = source.start_run({"name": "smoke"}, {"host": "h"}, "2026-12-01 10:00")
     source.record_job(run, "v", "speed", "done", 0.1, {}, [Result("x-torch-sdpa", "measured", value=0.5).as_dict(),
                                                           Result("time", "measured", value=0.01).as_dict()])
     assert [job["row_count"] for job in source.records([run])[run].jobs] == [2]
-    assert '"row_count": 2' in source.records([run])[run].lines()[1]
+    source.record_job(run, "v", "speed", "done", 0.1, {}, [])  # retried: its count is the retry's
+    source.record_job(run, "w", "speed", "done", 0.1, {}, [Result("time", "measured", value=0.01).as_dict()])
+    lines = source.records([run])[run].lines()
+    assert '"job_count": 2' in lines[0] and '"row_count": 0' in lines[1] and '"row_count": 1' in lines[2]
     old = tmp_path / "old.sqlite"
     shutil.copy(tmp_path / "new.sqlite", old)
     with sqlite3.connect(old) as db:  # as a zoo of schema 7 left it
         db.execute("ALTER TABLE jobs DROP COLUMN row_count")
+        db.execute("ALTER TABLE runs DROP COLUMN job_count")
         db.execute("PRAGMA user_version = 7")
     before = Store(old, readonly=True).records([run])[run]
-    assert [job["row_count"] for job in before.jobs] == [None] and "row_count" not in before.lines()[1]
+    assert [job["row_count"] for job in before.jobs] == [None, None] and before.run["job_count"] is None
+    assert not any("row_count" in line or "job_count" in line for line in before.lines())
     writable = Store(old)
     assert writable.records([run])[run].lines() == before.lines()  # upgraded: the column added, its lines as they were
     with sqlite3.connect(old) as db:
         assert "row_count" in {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+        assert "job_count" in {row[1] for row in db.execute("PRAGMA table_info(runs)")}
 
 
 def test_a_new_run_records_that_its_rows_are_typed_so_none_of_them_is_ever_renamed():

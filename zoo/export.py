@@ -2,8 +2,8 @@
 
 One JSON object per line: ``table`` names its table (runs, jobs or results), the other keys are that table's
 columns, all of them, and a result line also carries ``row``, its place among its job's rows, while a jobs line
-says how many rows its job recorded (``row_count``), so a duplicated or a missing line is seen, the last of a
-job's too. A run's lines are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted
+says how many rows its job recorded (``row_count``) and a runs line how many jobs its run recorded
+(``job_count``), so a duplicated or a missing line is seen, the last of a job's and a whole job too. A run's lines are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted
 by id, so the same runs always give the same bytes and a new run is one block in a diff.
 
 Reading checks every line against :data:`SCHEMA` and the file as a whole (no run, job or row twice, none
@@ -267,13 +267,13 @@ _RESULT_KINDS: dict[str, Kind] = {
     "batch": _optional_count,
 }
 OPTIONAL = {("results", "versus"): "", ("results", "params"): None, ("results", "low"): None, ("results", "high"): None,
-            ("results", "batch"): None, ("jobs", "row_count"): None}
+            ("results", "batch"): None, ("jobs", "row_count"): None, ("runs", "job_count"): None}
 """Columns added since exports were first written, with the value a line without them has: a line leaves them out
-at that value, so a run stored before they existed keeps its lines (and its digest) as they were (a job recorded
-before ``row_count`` existed has none, and the count of its rows is not checked)."""
+at that value, so a run stored before they existed keeps its lines (and its digest) as they were (a job or run
+recorded before ``row_count`` and ``job_count`` existed has none, and what it holds is not counted)."""
 SCHEMA: dict[str, dict[str, Kind]] = {
     "runs": {"run_id": _name, "started": _name, "profile": _name, "settings": _settings,
-             "environment": _json_object, "finished": _optional_text},
+             "environment": _json_object, "finished": _optional_text, "job_count": _optional_count},
     "jobs": {"run_id": _name, "variant": _name, "suite": _name, "status": _one_of(JOB_STATUSES),
              "seconds": _optional_duration, "provenance": _provenance, "row_count": _optional_count},
     "results": {"run_id": _name, "variant": _name, "suite": _name, **{f: _RESULT_KINDS[f] for f in RESULT_FIELDS}},
@@ -378,6 +378,7 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
     return the runs by id. ``numbered``: result records carry their ``row`` (an export's lines; an export
     written before rows were numbered is read in its order)."""
     runs: dict[str, RunRecords] = {}
+    run_lines: dict[str, str] = {}
     jobs: dict[tuple, tuple[str, dict]] = {}
     pending: list[tuple[str, str, dict, object]] = []
     verdicts: dict[tuple, str | None] = {}  # a repeated text's verdict, once per kind
@@ -387,6 +388,7 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
             if values["run_id"] in runs:
                 raise ExportError(f"{where}: run {values['run_id']!r} appears twice (a duplicated line or a bad merge)")
             runs[values["run_id"]] = RunRecords(values)
+            run_lines[values["run_id"]] = where
         else:
             pending.append((where, table, values, place))
     for where, table, values, _ in pending:
@@ -414,12 +416,19 @@ def check_records(records: Iterable[tuple[str, object]], numbered: bool = False)
             raise ExportError(f"{where}: row {place} of job {key[1]}/{key[2]} of run {key[0]!r} {what}")
         earlier.append(where)
         runs[key[0]].results.append(values)
+    for run in runs.values():
+        if run.run["job_count"] is not None and len(run.jobs) != run.run["job_count"]:
+            count, recorded = len(run.jobs), run.run["job_count"]
+            raise ExportError(f"{run_lines[run.run_id]}: run {run.run_id!r} recorded {recorded} "
+                              f"job{'s' if recorded != 1 else ''}, {count} {'are' if count != 1 else 'is'} here: "
+                              f"{'a job is missing' if count < recorded else 'a job was added'}")
     for key, (where, job) in jobs.items():
         count, recorded = len(seen.get(key, ())), job["row_count"]
         if recorded is not None and count != recorded:
-            raise ExportError(f"{where}: job {key[1]}/{key[2]} of run {key[0]!r} recorded {recorded} rows, "
+            raise ExportError(f"{where}: job {key[1]}/{key[2]} of run {key[0]!r} recorded {recorded} "
+                              f"row{'s' if recorded != 1 else ''}, "
                               f"{count} {'are' if count != 1 else 'is'} here: "
-                              f"{'a line is missing' if count < recorded else 'a line was added'}")
+                              f"{'a row is missing' if count < recorded else 'a row was added'}")
     return runs
 
 

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS runs (
     profile TEXT NOT NULL,
     settings TEXT NOT NULL,
     environment TEXT NOT NULL,
-    finished TEXT
+    finished TEXT,
+    job_count INTEGER
 );
 CREATE TABLE IF NOT EXISTS jobs (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -87,7 +88,7 @@ CREATE TABLE IF NOT EXISTS agreement (export_sha256 TEXT NOT NULL, generation IN
 # store's runs, and the generation at which that was established (it holds while the generation has not moved)
 
 SCHEMA_VERSION = 8
-"""``PRAGMA user_version`` of a store this zoo writes (7: before jobs had ``row_count``; 6: before ``generation`` and ``agreement``; 5: before rows had
+"""``PRAGMA user_version`` of a store this zoo writes (7: before jobs had ``row_count`` and runs ``job_count``; 6: before ``generation`` and ``agreement``; 5: before rows had
 ``batch``; 4: before rows had ``low`` and
 ``high``; 3: before rows had
 ``versus`` and ``params``; 2: before
@@ -95,7 +96,8 @@ SCHEMA_VERSION = 8
 1). An older store gains what it lacks when first opened for writing; a newer one is refused, never converted."""
 ADDED_COLUMNS = {("results", "samples"): "TEXT", ("results", "versus"): "TEXT NOT NULL DEFAULT ''",
                  ("results", "params"): "TEXT", ("results", "low"): "REAL", ("results", "high"): "REAL",
-                 ("results", "batch"): "INTEGER", ("jobs", "row_count"): "INTEGER"}
+                 ("results", "batch"): "INTEGER", ("jobs", "row_count"): "INTEGER",
+                 ("runs", "job_count"): "INTEGER"}
 """Columns added since the first stores, by (table, column), as an older store gains them."""
 SQLITE_HEADER = b"SQLite format 3\x00"
 ZOO_TABLES = {"runs", "jobs", "results"}
@@ -302,7 +304,8 @@ class Store:
         """Record a new run with its profile settings and environment fingerprint; return its id."""
         run_id = f"{started.replace(' ', 'T').replace(':', '')[:15]}-{uuid.uuid4().hex[:6]}"
         with self._db() as db:
-            db.execute("INSERT INTO runs (run_id, started, profile, settings, environment) VALUES (?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO runs (run_id, started, profile, settings, environment, job_count) "
+                       "VALUES (?, ?, ?, ?, ?, 0)",
                        (run_id, started, settings["name"], json.dumps(settings, sort_keys=True),
                         json.dumps(environment, sort_keys=True)))
         return run_id
@@ -331,6 +334,8 @@ class Store:
             db.execute("INSERT INTO jobs (run_id, variant, suite, status, seconds, provenance, row_count) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
                        (run_id, variant, suite, status, seconds, json.dumps(provenance, sort_keys=True), len(kept)))
+            db.execute("UPDATE runs SET job_count = (SELECT COUNT(*) FROM jobs WHERE run_id = ?) WHERE run_id = ?",
+                       (run_id, run_id))
 
     def _gone(self, run_id: str, consequence: str) -> StoreError:
         """A run removed from the store while it ran (``zoo prune`` names runs by id): its writes are refused, not
