@@ -245,9 +245,9 @@ def _summary(results, suites) -> None:
 
 
 def cmd_leaderboard(args) -> int:
-    """zoo leaderboard: re-render a board from its runs, writing no store. Where a run or merge publishes the
-    folder's runs anew while the board is drawn, it is drawn again from them (an older board never replaces the
-    newer one)."""
+    """zoo leaderboard: re-render a board from its runs, writing no store. Where a run, merge or prune publishes
+    the folder's runs anew while the board is drawn, it is drawn again from them, up to :data:`DRAWS` times (an
+    older board never replaces the newer one)."""
     from .folder import RunsChanged, resolve_run
     from .leaderboard import board_run, render
 

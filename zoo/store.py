@@ -87,8 +87,9 @@ CREATE TABLE IF NOT EXISTS agreement (export_sha256 TEXT NOT NULL, generation IN
 # insert, update and delete, whoever makes it); agreement: the sha256 of an export that holds exactly this
 # store's runs, and the generation at which that was established (it holds while the generation has not moved)
 
-SCHEMA_VERSION = 8
-"""``PRAGMA user_version`` of a store this zoo writes (7: before jobs had ``row_count`` and runs ``job_count``; 6: before ``generation`` and ``agreement``; 5: before rows had
+SCHEMA_VERSION = 9
+"""``PRAGMA user_version`` of a store this zoo writes (8: before runs had ``job_count``; 7: before jobs had
+``row_count``; 6: before ``generation`` and ``agreement``; 5: before rows had
 ``batch``; 4: before rows had ``low`` and
 ``high``; 3: before rows had
 ``versus`` and ``params``; 2: before
