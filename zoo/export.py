@@ -3,9 +3,10 @@
 One JSON object per line: ``table`` names its table (runs, jobs or results), the other keys are that table's
 columns, all of them, and a result line also carries ``row``, its place among its job's rows, while a jobs line
 says how many rows its job recorded (``row_count``) and a runs line how many jobs its run recorded
-(``job_count``), so a duplicated or a missing line is seen, the last of a job's and a whole job too where
-the run counted them (runs stored before they were counted have no counts: see :data:`OPTIONAL`). A run's lines are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted
-by id, so the same runs always give the same bytes and a new run is one block in a diff.
+(``job_count``), so a duplicated or a missing line is seen, the last of a job's and a whole job too where the
+run counted them (runs stored before they were counted have no counts: see :data:`OPTIONAL`). A run's lines
+are contiguous (its ``runs`` line, its jobs, its rows) and runs are sorted by id, so the same runs always give
+the same bytes and a new run is one block in a diff.
 
 Reading checks every line against :data:`SCHEMA` and the file as a whole (no run, job or row twice, none
 missing, no job or row of a run the file does not hold) before anything is written anywhere; a bad line is

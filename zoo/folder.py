@@ -58,8 +58,8 @@ class FolderError(ZooError):
 
 
 class RunsChanged(FolderError):
-    """The folder's runs were published anew (a run or merge finished) after a board of them was read and before
-    it was published: publishing it would put an older board over the newer one."""
+    """The folder's runs were published anew (by a run, a merge or a prune) after a board of them was read and
+    before it was published: publishing it would put an older board over the newer one."""
 
 
 class BoardFolder:
