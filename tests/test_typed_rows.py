@@ -129,16 +129,24 @@ def test_only_the_rows_of_runs_stored_before_are_upgraded_in_order_and_by_their_
     assert upgraded.params[8] is None  # a row of today's form is never rewritten
 
 
+def _as_older_zoo_left_it(store: Store, version: int, *lacking: str) -> Path:
+    """A copy of ``store`` beside it as a zoo of schema ``version`` left it: without the ``table.column``s added
+    since."""
+    old = store.path.with_name("old.sqlite")
+    shutil.copy(store.path, old)
+    with sqlite3.connect(old) as db:
+        for column in lacking:
+            table, name = column.split(".")
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {name}")
+        db.execute(f"PRAGMA user_version = {version}")
+    return old
+
+
 def test_an_older_store_gains_the_new_columns_and_reads_the_same_before_it_does(tmp_path):
     source = Store(tmp_path / "new.sqlite")
     run = source.start_run({"name": "smoke"}, {"host": "h"}, "2026-12-01 10:00")
     source.record_job(run, "v", "speed", "done", 0.1, {}, [Result("x-torch-sdpa", "measured", value=0.5).as_dict()])
-    old = tmp_path / "old.sqlite"
-    shutil.copy(tmp_path / "new.sqlite", old)
-    with sqlite3.connect(old) as db:  # as a zoo of schema 3 left it
-        db.execute("ALTER TABLE results DROP COLUMN versus")
-        db.execute("ALTER TABLE results DROP COLUMN params")
-        db.execute("PRAGMA user_version = 3")
+    old = _as_older_zoo_left_it(source, 3, "results.versus", "results.params")
     readonly = Store(old, readonly=True).results(run)
     assert list(readonly.versus) == [""] and list(readonly.params) == [None]
     writable = Store(old)
@@ -159,12 +167,7 @@ def test_a_run_stored_before_counts_keeps_its_export_lines_and_a_new_one_counts_
     source.record_job(run, "w", "speed", "done", 0.1, {}, [Result("time", "measured", value=0.01).as_dict()])
     lines = source.records([run])[run].lines()
     assert '"job_count": 2' in lines[0] and '"row_count": 0' in lines[1] and '"row_count": 1' in lines[2]
-    old = tmp_path / "old.sqlite"
-    shutil.copy(tmp_path / "new.sqlite", old)
-    with sqlite3.connect(old) as db:  # as a zoo of schema 7 left it
-        db.execute("ALTER TABLE jobs DROP COLUMN row_count")
-        db.execute("ALTER TABLE runs DROP COLUMN job_count")
-        db.execute("PRAGMA user_version = 7")
+    old = _as_older_zoo_left_it(source, 7, "jobs.row_count", "runs.job_count")
     before = Store(old, readonly=True).records([run])[run]
     assert [job["row_count"] for job in before.jobs] == [None, None] and before.run["job_count"] is None
     assert not any("row_count" in line or "job_count" in line for line in before.lines())

@@ -147,8 +147,7 @@ class Store:
     def in_memory(cls, label: str) -> "Store":
         """An empty store in this process's memory (``label`` is what messages call it)."""
         store = cls(label)
-        store._uri = f"file:zoo-memory-{uuid.uuid4().hex}?mode=memory&cache=shared"
-        store._anchor = sqlite3.connect(store._uri, uri=True)
+        store._uri, store._anchor = _memory_database()
         store._anchor.executescript(SCHEMA)
         store._anchor.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         store._checked = True
@@ -220,8 +219,7 @@ class Store:
                     shutil.copyfile(wal, copy.with_name(wal.name))
                     source = sqlite3.connect(copy)
                     try:
-                        memory = f"file:zoo-memory-{uuid.uuid4().hex}?mode=memory&cache=shared"
-                        anchor = sqlite3.connect(memory, uri=True)
+                        memory, anchor = _memory_database()
                         source.backup(anchor)
                     finally:
                         source.close()
@@ -510,6 +508,12 @@ class Store:
         with memory._db() as db:  # a copy of an older store: the tables this zoo expects
             _upgrade(db)
         return memory
+
+
+def _memory_database() -> tuple[str, sqlite3.Connection]:
+    """A new database in this process's memory: its URI, and the connection that keeps it alive while it is open."""
+    uri = f"file:zoo-memory-{uuid.uuid4().hex}?mode=memory&cache=shared"
+    return uri, sqlite3.connect(uri, uri=True)
 
 
 def _absent(table: str, column: str) -> str:
