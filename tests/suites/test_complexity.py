@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import torch
+
 import zoo
 from zoo.checks import FAILED, PASSED
 from zoo.profiles import get_profile
@@ -95,3 +97,25 @@ def test_the_variant_page_says_what_a_fitted_exponent_means_against_the_claim():
     assert exponent_reading(0.08, 1).startswith("grows slower than claimed over the lengths measured")
     assert exponent_reading(1 + EXPONENT_TOLERANCE + 0.01, 1).startswith("grows faster than claimed: the claim fails")
     assert exponent_reading(None, 1) == ""
+
+
+def test_what_a_callable_builds_once_and_keeps_is_not_charged_to_the_phase_counted_first(registry):
+    """A baseline that builds a 4 MiB table at its first call and keeps it (as a cached mask is kept) counts, in
+    both phases, what the same callable without the table counts: a steady call's memory, whichever phase ran
+    first."""
+    variant = registry.variant("dot-product")
+
+    def keeping(module):
+        kept = []
+
+        def run(query, key, value, attn_mask=None, is_causal=False):
+            if not kept:
+                kept.append(torch.ones(1 << 20))
+            return module(query, key, value, attn_mask, is_causal)
+        return run
+
+    twin = dataclasses.replace(variant, baselines={"keeping": keeping, "plain": lambda module: module})
+    rows = list(run_complexity(twin, PROFILE))
+    memory = {(r.versus, r.mode, r.phase, r.n): r.value for r in rows if r.check == "memory"}
+    kept = {key[1:]: value for key, value in memory.items() if key[0] == "keeping"}
+    assert kept and kept == {key[1:]: value for key, value in memory.items() if key[0] == "plain"}
