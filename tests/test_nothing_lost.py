@@ -262,6 +262,29 @@ def test_only_prune_removes_runs_and_it_names_each(tmp_path, capsys):
         {k: v for k, v in board.items() if k not in ("runs.jsonl", "results.sqlite")}  # the board did not change
 
 
+def test_a_board_never_shows_a_run_prune_removed(tmp_path, capsys):
+    """Pruning the run the board shows draws the board again from the runs left, so no file of it names the run
+    removed (or holds its rows); pruning the last run leaves the files and says so in one line."""
+    folder = tmp_path / "board"
+    store = Store(folder / "results.sqlite")
+    first = fabricate(store, "2026-01-01 00:00:00", ratio=1.0)
+    second = fabricate(store, "2026-01-02 00:00:00", ratio=2.0)
+    render(store, second, folder, keep_runs=True)
+    assert second in (folder / "README.md").read_text()
+    status, lines = zoo_here(capsys, "prune", second, "--out", folder)
+    assert status == 0 and lines[-1] == f"zoo: leaderboard for run {first} written to {folder / 'README.md'}", lines
+    for name in ("README.md", "index.html", "results.csv"):
+        text = (folder / name).read_text()
+        assert second not in text and first in text, name
+    assert set(pd.read_csv(folder / "results.csv").run_id) == {first}
+    board = snapshot(folder)
+    status, lines = zoo_here(capsys, "prune", first, "--out", folder)
+    assert status == 0 and lines[-1] == f"zoo: no run is left in {str(folder)!r}: its board still shows the runs removed"
+    assert {k: v for k, v in snapshot(folder).items() if k not in ("runs.jsonl", "results.sqlite")} == \
+        {k: v for k, v in board.items() if k not in ("runs.jsonl", "results.sqlite")}
+    assert exported_runs(folder) == {}
+
+
 def test_prune_unshown_keeps_an_unfinished_run_and_a_run_pruned_by_name_has_its_next_write_refused(tmp_path, capsys):
     """--unshown keeps the latest unfinished run this machine started (a `zoo run` in progress, or what --resume
     continues) and says so; an unfinished run another machine started is removed like any unshown run. Named, the

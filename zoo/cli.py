@@ -248,25 +248,33 @@ def cmd_leaderboard(args) -> int:
     """zoo leaderboard: re-render a board from its runs, writing no store. Where a run, merge or prune publishes
     the folder's runs anew while the board is drawn, it is drawn again from them, up to :data:`DRAWS` times (an
     older board never replaces the newer one)."""
-    from .folder import RunsChanged, resolve_run
-    from .leaderboard import board_run, render
-
     suites = _registry(args).suites
     if args.by == "device":
         return _leaderboard_by_device(_read_only_store(args.out)[1], Path(args.out), suites)
+    if not _draw(args.out, suites, args.run):
+        raise OptionError(f"--out: no run in {str(Path(args.out))!r}")
+    return 0
+
+
+def _draw(out, suites, run: str | None = None, say: bool = True) -> bool:
+    """Draw the board of ``out`` from its runs: of ``run``, or of the run its board shows; False where it holds
+    no run to draw."""
+    from .folder import RunsChanged, resolve_run
+    from .leaderboard import board_run, render
+
     for attempt in range(1, DRAWS + 1):
-        folder, store = _read_only_store(args.out, say=attempt == 1)
+        folder, store = _read_only_store(out, say=say and attempt == 1)
         shown, held = board_run(store, suites)
-        if args.run:
-            run_id = resolve_run(store, args.run, folder.database, "--run: ")
+        if run:
+            run_id = resolve_run(store, run, folder.database, "--run: ")
         else:
             run_id = shown
             if run_id is None:
-                raise OptionError(f"--out: no run in {str(folder.path)!r}")
-            for run, why in held.items() if attempt == 1 else ():
-                print(f"zoo: run {run} is held back ({why}): --run {run} publishes it", file=sys.stderr)
+                return False
+            for other, why in held.items() if attempt == 1 else ():
+                print(f"zoo: run {other} is held back ({why}): --run {other} publishes it", file=sys.stderr)
         try:
-            written = render(store, run_id, Path(args.out), suites=suites, held_runs=held, read_from=folder)
+            written = render(store, run_id, Path(out), suites=suites, held_runs=held, read_from=folder)
         except RunsChanged as changed:
             if attempt == DRAWS:
                 raise RunsChanged(f"{changed} ({DRAWS} times): run it again once the runs publishing there are done") \
@@ -274,7 +282,7 @@ def cmd_leaderboard(args) -> int:
             print(f"zoo: {changed}: drawing it again", file=sys.stderr)
             continue
         print(f"zoo: leaderboard for run {run_id} written to {written[0]}", file=sys.stderr)
-        return 0
+        return True
 
 
 DRAWS = 3
@@ -355,6 +363,12 @@ def cmd_prune(args) -> int:
     for run in kept:
         print(f"zoo: kept run {run}: unfinished and started on this machine, so in progress or what --resume "
               "continues; name it to remove it", file=sys.stderr)
+    if removed and args.runs and not args.dry_run and (folder.path / "README.md").is_file():
+        # a run named may be the one the board shows, or one it takes figures from: drawn again, the board never
+        # shows a run that is gone (--unshown removes only runs no board shows)
+        if not _draw(args.out, _registry(args).suites, say=False):
+            print(f"zoo: no run is left in {str(folder.path)!r}: its board still shows the runs removed",
+                  file=sys.stderr)
     return 0
 
 
@@ -507,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"board folder to merge into (its {DATABASE} and {EXPORT})")
     p.set_defaults(func=cmd_merge)
 
-    p = sub.add_parser("prune", help="remove runs from --out's database and export (the one command that does)")
+    p = sub.add_parser("prune", parents=[common], help="remove runs from --out's database and export (the one command that does)")
     p.add_argument("runs", nargs="*", metavar="RUN", help="run id (or a unique prefix) to remove")
     p.add_argument("--unshown", action="store_true",
                    help="remove every run no board shows (each group of comparable runs keeps its latest's board; "
