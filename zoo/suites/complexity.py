@@ -70,8 +70,9 @@ def measure(variant, profile):
             for who, load in loads.items():
                 # one uncounted call first: what a callable builds once and keeps (a baseline's cached mask, a
                 # table) is not charged to whichever phase happens to be counted first, so fwd and fwd+bwd are
-                # both a steady call's figures, as the variant's are after its finiteness check
-                load.forward()
+                # both a steady call's figures, as the variant's are after its finiteness check (its first call)
+                if who != variant.name:
+                    load.forward()
                 for phase, fn in zip(PHASES, (load.forward, load.train_step)):
                     flops, peak, allocator_peak = _count(fn, profile.device)
                     table.setdefault((who, mode, phase), {})[n] = (flops, peak)
