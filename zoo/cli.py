@@ -323,12 +323,16 @@ def cmd_merge(args) -> int:
     from .folder import BoardFolder
 
     folder = BoardFolder(args.out)
+    merged = 0
     for source in args.databases:
         added, present = folder.merge(source)
+        merged += len(added)
         for line in folder.notices(writing=True):
             print(line, file=sys.stderr)
         print(f"zoo: merged {len(added)} run(s) from {source}" + (f" ({present} already here)" if present else ""),
               file=sys.stderr)
+    if merged and (folder.path / "README.md").is_file():
+        _draw(args.out, _registry(args).suites, say=False)  # a run merged may be the one its board must now show
     return 0
 
 
@@ -515,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=("device",), help="one leaderboard per device kind, under OUT/by-device/")
     p.set_defaults(func=cmd_leaderboard)
 
-    p = sub.add_parser("merge", help="add the runs of other machines' results databases or exports to --out's")
+    p = sub.add_parser("merge", parents=[common], help="add the runs of other machines' results databases or exports to --out's")
     p.add_argument("databases", nargs="+", metavar="DATABASE",
                    help=f"a {DATABASE} or a {EXPORT} from another machine")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"board folder to merge into (its {DATABASE} and {EXPORT})")
