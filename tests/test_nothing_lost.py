@@ -285,6 +285,35 @@ def test_a_board_never_shows_a_run_prune_removed(tmp_path, capsys):
     assert exported_runs(folder) == {}
 
 
+def test_prune_and_merge_change_nothing_when_a_plugin_fails_to_load_and_a_board_not_drawn_names_the_command(
+        tmp_path, capsys, monkeypatch):
+    """The registry is loaded before a run is removed or added, so a plugin that fails under --strict leaves the
+    store and the board as they were; a board that cannot be drawn again (runs published anew at every draw) is one
+    warning naming `zoo leaderboard`, the runs removed all the same."""
+    folder = tmp_path / "board"
+    store = Store(folder / "results.sqlite")
+    first = fabricate(store, "2026-01-01 00:00:00")
+    second = fabricate(store, "2026-01-02 00:00:00")
+    render(store, second, folder, keep_runs=True)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "broken.py").write_text("raise RuntimeError('broken on import')\n")
+    before = snapshot(folder)
+    for args in (("prune", second), ("merge", folder / "runs.jsonl")):
+        status, _ = zoo_here(capsys, *args, "--out", folder, "--plugins-dir", broken, "--strict")
+        assert status == 2 and snapshot(folder) == before, args
+
+    from zoo.folder import RunsChanged
+
+    def changed(*args, **kwargs):
+        raise RunsChanged("the runs changed")
+    monkeypatch.setattr("zoo.leaderboard.render", changed)
+    status, lines = zoo_here(capsys, "prune", second, "--out", folder)
+    assert status == 0 and set(exported_runs(folder)) == {first}
+    assert lines[-1].startswith("zoo: warning: the board was not drawn again") and \
+        lines[-1].endswith(f"zoo leaderboard --out {str(folder)!r} draws it"), lines
+
+
 def test_prune_unshown_keeps_an_unfinished_run_and_a_run_pruned_by_name_has_its_next_write_refused(tmp_path, capsys):
     """--unshown keeps the latest unfinished run this machine started (a `zoo run` in progress, or what --resume
     continues) and says so; an unfinished run another machine started is removed like any unshown run. Named, the
@@ -302,10 +331,11 @@ def test_prune_unshown_keeps_an_unfinished_run_and_a_run_pruned_by_name_has_its_
     elsewhere, going = runs["another-machine"], runs[socket.gethostname()]
     latest = fabricate(store, "2026-02-01 00:00:00")  # its board shows none of the three: each is unshown
     status, lines = zoo_here(capsys, "prune", "--unshown", "--out", folder)
-    assert status == 0 and lines[-2:] == [
+    assert status == 0 and lines[-3:] == [
         "zoo: removed 2 run(s) from results.sqlite and runs.jsonl",
         f"zoo: kept run {going}: unfinished and started on this machine, so in progress or what --resume continues; "
-        "name it to remove it"], lines
+        "name it to remove it",
+        f"zoo: leaderboard for run {latest} written to {folder / 'README.md'}"], lines  # its board showed old
     assert set(store.runs().run_id) == {going, latest} and {old, elsewhere}.isdisjoint(exported_runs(folder))
     status, lines = zoo_here(capsys, "prune", going, "--out", folder)
     assert status == 0 and set(store.runs().run_id) == {latest}

@@ -272,7 +272,8 @@ def _draw(out, suites, run: str | None = None, say: bool = True) -> bool:
             if run_id is None:
                 return False
             for other, why in held.items() if attempt == 1 else ():
-                print(f"zoo: run {other} is held back ({why}): --run {other} publishes it", file=sys.stderr)
+                print(f"zoo: run {other} is held back ({why}): zoo leaderboard --run {other} publishes it",
+                      file=sys.stderr)
         try:
             written = render(store, run_id, Path(out), suites=suites, held_runs=held, read_from=folder)
         except RunsChanged as changed:
@@ -322,6 +323,7 @@ def cmd_merge(args) -> int:
     """zoo merge: other machines' runs into --out's."""
     from .folder import BoardFolder
 
+    suites = _registry(args).suites  # before anything is added: a plugin that fails to load changes nothing
     folder = BoardFolder(args.out)
     merged = 0
     for source in args.databases:
@@ -332,7 +334,7 @@ def cmd_merge(args) -> int:
         print(f"zoo: merged {len(added)} run(s) from {source}" + (f" ({present} already here)" if present else ""),
               file=sys.stderr)
     if merged and (folder.path / "README.md").is_file():
-        _draw(args.out, _registry(args).suites, say=False)  # a run merged may be the one its board must now show
+        _draw_again(folder, suites)  # a run merged may be the one its board must now show
     return 0
 
 
@@ -342,7 +344,9 @@ def cmd_prune(args) -> int:
 
     if bool(args.runs) == args.unshown:
         raise OptionError("prune: name the runs to remove (RUN ...), or give --unshown for every run no board shows")
+    suites = _registry(args).suites  # before anything is removed: a plugin that fails to load changes nothing
     folder = BoardFolder(args.out)
+    on_board = _runs_on_board(folder)
     kept: list[str] = []
 
     def chosen(store) -> set[str]:
@@ -367,13 +371,31 @@ def cmd_prune(args) -> int:
     for run in kept:
         print(f"zoo: kept run {run}: unfinished and started on this machine, so in progress or what --resume "
               "continues; name it to remove it", file=sys.stderr)
-    if removed and args.runs and not args.dry_run and (folder.path / "README.md").is_file():
-        # a run named may be the one the board shows, or one it takes figures from: drawn again, the board never
-        # shows a run that is gone (--unshown removes only runs no board shows)
-        if not _draw(args.out, _registry(args).suites, say=False):
+    if not args.dry_run and on_board & {run.run_id for run in removed}:
+        _draw_again(folder, suites)  # the board showed a run removed, or took figures from one
+    return 0
+
+
+def _runs_on_board(folder) -> set[str]:
+    """The runs whose rows the folder's board holds (its results.csv's run_id column; none without a board)."""
+    import pandas as pd
+
+    table = folder.path / "results.csv"
+    return set(pd.read_csv(table, usecols=["run_id"]).run_id) if table.is_file() else set()
+
+
+def _draw_again(folder, suites) -> None:
+    """The board of a folder whose runs a merge or prune just changed, drawn as `zoo leaderboard` draws it; where it
+    cannot be, one line says so and how to draw it (the runs changed all the same)."""
+    from .folder import RunsChanged
+
+    again = f"zoo leaderboard --out {str(folder.path)!r} draws it"
+    try:
+        if not _draw(folder.path, suites, say=False):
             print(f"zoo: no run is left in {str(folder.path)!r}: its board still shows the runs removed",
                   file=sys.stderr)
-    return 0
+    except RunsChanged as changed:
+        print(f"zoo: warning: the board was not drawn again ({changed}): {again}", file=sys.stderr)
 
 
 def cmd_new(args) -> int:
