@@ -119,3 +119,23 @@ def test_what_a_callable_builds_once_and_keeps_is_not_charged_to_the_phase_count
     memory = {(r.versus, r.mode, r.phase, r.n): r.value for r in rows if r.check == "memory"}
     kept = {key[1:]: value for key, value in memory.items() if key[0] == "keeping"}
     assert kept and kept == {key[1:]: value for key, value in memory.items() if key[0] == "plain"}
+
+
+def test_a_variant_counts_a_steady_call_too_what_its_module_builds_at_its_first_call_is_not_counted(registry):
+    """The variant is not called again before its counts: its finiteness check was its first call on the same module
+    at the same length, so a table its module builds then and keeps is outside both phases' counts, as a
+    baseline's is."""
+    variant = registry.variant("dot-product")
+
+    class Keeping(variant.factory):
+        def forward(self, *args, **kwargs):
+            if not hasattr(self, "kept"):
+                self.kept = torch.ones(1 << 20)
+            return super().forward(*args, **kwargs)
+
+    def memory(twin):
+        return {(r.mode, r.phase, r.n): r.value for r in run_complexity(twin, PROFILE) if r.check == "memory"
+                and not r.versus}
+
+    plain = memory(variant)
+    assert plain and memory(dataclasses.replace(variant, factory=Keeping)) == plain
