@@ -189,7 +189,9 @@ def test_every_command_keeps_every_run_of_the_committed_board(tmp_path, capsys):
     elsewhere = tmp_path / "elsewhere"
     published(elsewhere)
     status, lines = zoo_here(capsys, "merge", elsewhere / "results.sqlite", "--out", copy)
-    assert status == 0 and lines == [f"zoo: merged 1 run(s) from {elsewhere / 'results.sqlite'}"]
+    assert status == 0 and lines[0] == f"zoo: merged 1 run(s) from {elsewhere / 'results.sqlite'}", lines
+    (merged_run,) = set(exported_runs(copy)) - set(after)  # an older run of another machine: the board drawn again
+    assert lines[-1].startswith("zoo: leaderboard for run ") and merged_run not in lines[-1], lines
     merged = exported_runs(copy)
     assert {run: merged.get(run) for run in after} == after and len(merged) == len(after) + 1
 
