@@ -300,8 +300,10 @@ def test_prune_and_merge_change_nothing_when_a_plugin_fails_to_load_and_a_board_
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "broken.py").write_text("raise RuntimeError('broken on import')\n")
+    newer = tmp_path / "newer" / "results.sqlite"
+    fabricate(Store(newer), "2026-01-03 00:00:00")  # a run a merge would add
     before = snapshot(folder)
-    for args in (("prune", second), ("merge", folder / "runs.jsonl")):
+    for args in (("prune", second), ("merge", newer)):
         status, _ = zoo_here(capsys, *args, "--out", folder, "--plugins-dir", broken, "--strict")
         assert status == 2 and snapshot(folder) == before, args
 
@@ -1123,16 +1125,16 @@ def test_a_merge_of_a_different_copy_of_a_run_is_refused_and_names_it(tmp_path, 
     assert status == 0 and out == [f"zoo: merged 0 run(s) from {folder / 'runs.jsonl'} (1 already here)"]
 
 
-
 def test_a_merge_draws_the_board_again_so_a_newer_run_merged_is_the_one_it_shows(tmp_path, capsys):
     """The board shows its folder's runs as they are after a merge: a newer run of the board's machine merged
     from elsewhere becomes the run its files show, without a `zoo leaderboard` after it."""
     folder, other = tmp_path / "board", tmp_path / "other"
-    _, [run] = published(folder)
+    published(folder)
     newer = fabricate(Store(other / "results.sqlite"), "2026-01-02 00:00:00", ratio=2.0)
     status, lines = zoo_here(capsys, "merge", other / "results.sqlite", "--out", folder)
     assert status == 0 and lines[-1] == f"zoo: leaderboard for run {newer} written to {folder / 'README.md'}", lines
     assert newer in (folder / "README.md").read_text() and newer in set(pd.read_csv(folder / "results.csv").run_id)
+
 
 # --- one validation for the CLI and the Python API ------------------------------------------------------------
 
