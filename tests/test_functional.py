@@ -125,3 +125,30 @@ def test_attention_with_a_sink_treats_a_nan_as_torchs_sdpa_keeps_a_float_masks_g
         assert torch.allclose(out, expected, atol=1e-12)
         (mine,), (theirs,) = (torch.autograd.grad(x.sum(), bias) for x in (out, expected))
         assert torch.allclose(mine, theirs, atol=1e-12)  # the mask's own gradient, not a silent None
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_torch_mha_takes_sdpas_causal_kernel_for_a_causal_call_and_the_mask_for_any_other(monkeypatch, need_weights):
+    """nn.MultiheadAttention handed only the causal mask runs masked SDPA over the full square; told
+    ``is_causal`` as well it runs SDPA's causal kernel. A comparator a user would write takes the causal one."""
+    from zoo.functional import call_torch_mha
+
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        calls.append((attn_mask is not None, is_causal))
+        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True, dtype=torch.float64)
+    x = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
+    padding = torch.tensor([True, True, True, False, True])
+    causal = call_torch_mha(mha, x, x, x, is_causal=True, need_weights=need_weights)
+    both = call_torch_mha(mha, x, x, x, attn_mask=padding, is_causal=True, need_weights=need_weights)
+    # need_weights builds the weights itself, with the mask, and calls no SDPA
+    assert calls == ([] if need_weights else [(False, True), (True, False)])
+    lower = torch.ones(5, 5, dtype=torch.bool).tril()
+    assert torch.allclose(causal, mha(x, x, x, attn_mask=~lower, need_weights=False)[0])
+    assert torch.allclose(both, mha(x, x, x, attn_mask=~(lower & padding), need_weights=False)[0])

@@ -121,7 +121,10 @@ def call_torch_mha(mha: torch.nn.MultiheadAttention, query: Tensor, key: Tensor,
     """Call ``nn.MultiheadAttention(batch_first=True)`` with the zoo's mask convention.
 
     torch's module takes True as "may NOT attend" and a (q_len, k_len) or (batch * heads, q_len,
-    k_len) mask, so the zoo's mask is combined, broadcast and inverted here.
+    k_len) mask, so the zoo's mask is combined, broadcast and inverted here. When that mask is exactly the
+    causal one, the module is also told ``is_causal``: it then hands SDPA ``is_causal=True`` instead of the
+    mask, as a user of torch would, and its causal kernel skips the masked half instead of masking the full
+    square.
     """
     q_len, k_len = query.shape[1], key.shape[1]
     mask = combine_masks(attn_mask, is_causal, q_len, k_len, query.device)
@@ -131,7 +134,8 @@ def call_torch_mha(mha: torch.nn.MultiheadAttention, query: Tensor, key: Tensor,
         else:
             shape = (query.shape[0], mha.num_heads, q_len, k_len)
             mask = ~mask.expand(shape).reshape(-1, q_len, k_len)
-    return mha(query, key, value, attn_mask=mask, need_weights=need_weights)[0]
+    exactly_causal = is_causal and attn_mask is None
+    return mha(query, key, value, attn_mask=mask, need_weights=need_weights, is_causal=exactly_causal)[0]
 
 
 def _normalise(numerator: Tensor, denominator: Tensor) -> Tensor:
