@@ -602,6 +602,37 @@ def test_a_figures_interval_spans_the_same_figure_in_earlier_runs_of_its_source_
     assert bare.reruns == 0 and pd.isna(bare.low) and pd.isna(bare.between_runs)
 
 
+def test_a_figures_interval_spans_no_earlier_run_that_called_what_it_timed_differently():
+    """Runs of one source before and after a change to how the harness calls what it times (``timing_form``): the
+    latest figure spans only the run of its own form; runs that recorded no form are of the first one; a new run
+    records this zoo's form."""
+    from zoo.board import board_rows
+    from zoo.checks import TIMING_FORM, Result
+    from zoo.environment import fingerprint
+    from zoo.profiles import get_profile
+
+    assert fingerprint(get_profile("smoke"), "cpu")["timing_form"] == TIMING_FORM
+    store = Store.in_memory("timing forms")
+    settings = get_profile("quick").as_dict()
+
+    def run(started, ratio, environment):
+        run_id = store.start_run(settings, {"cpu": "test", **environment}, started)
+        row = Result("time-ratio", "measured", "causal fwd n=64", ratio, "ratio", n=64, mode="causal", phase="fwd",
+                     versus="torch-mha-layer", low=ratio * 0.99, high=ratio * 1.01).as_dict()
+        store.record_job(run_id, "multi-head", "speed", "done", 1.0, {"source_sha256": "aaa"}, [row])
+        return run_id
+
+    run("2026-01-01 00:00:00", 0.5, {})  # before the change: nothing recorded
+    first_form = run("2026-01-01 01:00:00", 0.55, {"timing_form": "1"})
+    run("2026-01-01 02:00:00", 0.9, {"timing_form": TIMING_FORM})
+    latest = run("2026-01-01 03:00:00", 1.0, {"timing_form": TIMING_FORM})
+    ratio = board_rows(store, latest)[0].iloc[0]
+    assert TIMING_FORM != "1" and ratio.run_id == latest
+    assert (ratio.low, ratio.high, ratio.reruns) == (0.9, 1.01, 1)
+    ratio = board_rows(store, first_form)[0].iloc[0]
+    assert (ratio.low, ratio.high, ratio.reruns) == (0.5, 0.55 * 1.01, 1)
+
+
 def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_runs_few(monkeypatch):
     """After a quiet run-all and a quiet rerun of one variant, a run-all whose other cells are noisy is held back:
     the reference is each cell's latest spread, not the one-variant run's two cells."""

@@ -37,6 +37,13 @@ def test_differences_name_the_setting_and_environment_that_changed():
     assert any("setting speed.repeats differs: (3,) (before) vs (5,) (after)" in note for note in notes)
     assert any("threads differs: 2 (before) vs 1 (after)" in note for note in notes)
     assert any("environment torch differs" in note for note in notes)
+    assert not any("timing_form" in note for note in notes)  # neither recorded one: both the first form
+
+
+def test_differences_name_a_run_that_called_what_it_timed_differently():
+    """A run from before nn.MultiheadAttention was told is_causal (no timing_form recorded) against one after."""
+    notes = differences({}, {}, {}, {"timing_form": "2"})
+    assert notes == ["environment timing_form differs: '1' (before) vs '2' (after)"]
 
 
 def test_the_interval_covers_no_change_as_often_as_it_says():

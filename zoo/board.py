@@ -33,7 +33,7 @@ from tabulate import tabulate
 
 from .checks import PASSED, WORKER_CHECK
 from .contract import BEST_KNOWN_SLACK, Tags
-from .environment import machine_kind, machine_text
+from .environment import machine_kind, machine_text, timing_form
 from .store import Store
 from .suite import RankFigure, Suite, implicit_suite, upgrade_rows
 
@@ -215,13 +215,15 @@ IDENTITY = ["variant", "suite", "check", "mode", "phase", "n", "versus", "batch"
 def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows and jobs the board for ``run_id`` accumulates (see the module), never from the runs in
     ``exclude`` (held back as too noisy); each row carries its ``run_id``, each result row its job's
-    ``source_sha256``, and a figure with an interval the earlier runs of its source it spans (``reruns``, their
-    count) and the spread of all those runs' figures (``between_runs``: (largest - smallest) / its value)."""
+    ``source_sha256``, and a figure with an interval the earlier runs of its source and timing form it spans
+    (``reruns``, their count) and the spread of all those runs' figures (``between_runs``: (largest - smallest) / its
+    value)."""
     runs = store.runs()
     started = dict(zip(runs.run_id, runs.started))
     earlier = [r for r in reversed(list(runs.run_id))
                if r != run_id and r not in exclude and started[r] <= started[run_id]]
     groups = functools.cache(lambda run, suite: suite_group(store, run, suite))
+    form = timing_form(store.environment(run_id))
     job_parts, result_parts, rerun_parts = [], [], []
     chosen: dict[tuple, str | None] = {}  # (variant, suite) -> the source hash of the job the board shows
     reruns: dict[tuple, int] = {}
@@ -231,8 +233,9 @@ def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset())
                                   for s in jobs.suite], dtype=bool)]
         hashes = {(r.variant, r.suite): r.provenance.get("source_sha256") for r in jobs.itertuples()}
         shown = {key: h for key, h in hashes.items() if key not in chosen}
+        same_timing = timing_form(store.environment(source)) == form  # else its figures are other figures
         again = {key for key, h in hashes.items() if key in chosen and isinstance(h, str) and h == chosen[key]
-                 and reruns.get(key, 0) < RERUNS}
+                 and reruns.get(key, 0) < RERUNS and same_timing}
         again &= {(r.variant, r.suite) for r in jobs.itertuples() if r.status == "done"}
         if not shown and not again:
             continue

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .checks import BAD
+from .environment import timing_form
 
 EXPONENT_MOVE = 0.1
 PRACTICAL_CHANGE = 0.05
@@ -20,7 +21,7 @@ PRACTICAL_CHANGE_ONE_PROCESS = 0.10
 samples from within one process can show."""
 RESAMPLES, CONFIDENCE = 2000, 0.95
 RUN_SETTINGS_COMPARED = ("name", "threads", "processes", "dtype", "device", "variant_options")
-ENVIRONMENT_COMPARED = ("cpu", "device", "torch", "python", "allocator", "threads")
+ENVIRONMENT_COMPARED = ("cpu", "device", "torch", "python", "allocator", "threads", "timing_form")
 
 
 def _keyed(frame: pd.DataFrame, unit: str) -> pd.DataFrame:
@@ -85,6 +86,7 @@ def differences(settings_a: dict, settings_b: dict, env_a: dict, env_b: dict) ->
     """What differs between two runs that makes their timings not like for like."""
     notes = []
     flat_a, flat_b = (_flat(settings) for settings in (settings_a, settings_b))
+    env_a, env_b = ({**env, "timing_form": timing_form(env)} for env in (env_a, env_b))
     suite_keys = sorted(k for k in set(flat_a) | set(flat_b) if "." in k)
     for label, keys, x, y in (("setting", [*RUN_SETTINGS_COMPARED, *suite_keys], flat_a, flat_b),
                               ("environment", ENVIRONMENT_COMPARED, env_a, env_b)):

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .checks import ROW_FORM
+from .checks import ROW_FORM, TIMING_FORM
 
 COMPARABLE_ENVIRONMENT = ("cpu", "cpu_count", "device", "torch", "threads")
 """A run's fingerprint entries that must agree for figures of two runs to share a board (or one resumed run)."""
@@ -24,6 +24,11 @@ def machine_kind(environment: dict) -> tuple[str, ...]:
     """A run's fingerprint reduced to :data:`COMPARABLE_ENVIRONMENT`: equal for two runs whose figures may share a
     board."""
     return tuple(str(environment.get(key)) for key in COMPARABLE_ENVIRONMENT)
+
+
+def timing_form(environment: dict) -> str:
+    """How the run called what it timed (:data:`zoo.checks.TIMING_FORM`; "1" for a run that did not record it)."""
+    return str(environment.get("timing_form", "1"))
 
 
 def machine_text(environment: dict) -> str:
@@ -182,4 +187,5 @@ def fingerprint(profile, device: str) -> dict[str, str]:
         "host": socket.gethostname(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "row_form": ROW_FORM,
+        "timing_form": TIMING_FORM,
     }
