@@ -624,13 +624,39 @@ def test_a_figures_interval_spans_no_earlier_run_that_called_what_it_timed_diffe
 
     run("2026-01-01 00:00:00", 0.5, {})  # before the change: nothing recorded
     first_form = run("2026-01-01 01:00:00", 0.55, {"timing_form": "1"})
-    run("2026-01-01 02:00:00", 0.9, {"timing_form": TIMING_FORM})
-    latest = run("2026-01-01 03:00:00", 1.0, {"timing_form": TIMING_FORM})
+    run("2026-01-01 02:00:00", 0.9, {"zoo_commit": "4cb1ce9d62ee"})  # the change's own commit: unrecorded, form 2
+    latest = run("2026-01-01 03:00:00", 1.0, {"timing_form": "2"})
     ratio = board_rows(store, latest)[0].iloc[0]
     assert TIMING_FORM != "1" and ratio.run_id == latest
     assert (ratio.low, ratio.high, ratio.reruns) == (0.9, 1.01, 1)
     ratio = board_rows(store, first_form)[0].iloc[0]
     assert (ratio.low, ratio.high, ratio.reruns) == (0.5, 0.55 * 1.01, 1)
+
+
+def test_a_figure_shown_from_an_earlier_form_still_spans_the_runs_of_that_form():
+    """A run of the new form that timed one variant again: another variant's figure, shown from the old form's latest
+    run, still spans its old-form rerun; the form that counts is that of the run the figure comes from."""
+    from zoo.board import board_rows
+    from zoo.checks import TIMING_FORM, Result
+    from zoo.profiles import get_profile
+
+    store = Store.in_memory("timing forms")
+    settings = get_profile("quick").as_dict()
+
+    def run(started, environment, ratios):
+        run_id = store.start_run(settings, {"cpu": "test", **environment}, started)
+        for variant, ratio in ratios.items():
+            row = Result("time-ratio", "measured", "causal fwd n=64", ratio, "ratio", n=64, mode="causal",
+                         phase="fwd", versus="torch-sdpa", low=ratio * 0.99, high=ratio * 1.01).as_dict()
+            store.record_job(run_id, variant, "speed", "done", 1.0, {"source_sha256": "aaa"}, [row])
+        return run_id
+
+    run("2026-01-01 00:00:00", {}, {"multi-head": 0.5, "windowed": 2.0})
+    run("2026-01-01 01:00:00", {}, {"multi-head": 0.55, "windowed": 2.2})
+    latest = run("2026-01-01 02:00:00", {"timing_form": TIMING_FORM}, {"multi-head": 0.9})
+    rows = board_rows(store, latest)[0].set_index("variant")
+    assert rows.loc["multi-head"].reruns == 0
+    assert (rows.loc["windowed"].value, rows.loc["windowed"].reruns, rows.loc["windowed"].low) == (2.2, 1, 2.0)
 
 
 def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_runs_few(monkeypatch):

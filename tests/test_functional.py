@@ -128,7 +128,9 @@ def test_attention_with_a_sink_treats_a_nan_as_torchs_sdpa_keeps_a_float_masks_g
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_torch_mha_takes_sdpas_causal_kernel_for_a_causal_call_and_the_mask_for_any_other(monkeypatch, need_weights):
+@pytest.mark.parametrize("q_len, k_len", [(5, 5), (5, 9), (9, 5)])
+def test_torch_mha_takes_sdpas_causal_kernel_for_a_causal_call_and_the_mask_for_any_other(monkeypatch, need_weights,
+                                                                                          q_len, k_len):
     """nn.MultiheadAttention handed only the causal mask runs masked SDPA over the full square; told
     ``is_causal`` as well it runs SDPA's causal kernel. A comparator a user would write takes the causal one."""
     from zoo.functional import call_torch_mha
@@ -143,12 +145,13 @@ def test_torch_mha_takes_sdpas_causal_kernel_for_a_causal_call_and_the_mask_for_
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(16, 2, batch_first=True, dtype=torch.float64)
-    x = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
-    padding = torch.tensor([True, True, True, False, True])
-    causal = call_torch_mha(mha, x, x, x, is_causal=True, need_weights=need_weights)
-    both = call_torch_mha(mha, x, x, x, attn_mask=padding, is_causal=True, need_weights=need_weights)
+    q = torch.randn(2, q_len, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, k_len, 16, dtype=torch.float64, requires_grad=True)
+    padding = torch.arange(k_len) != 3
+    causal = call_torch_mha(mha, q, k, k, is_causal=True, need_weights=need_weights)
+    both = call_torch_mha(mha, q, k, k, attn_mask=padding, is_causal=True, need_weights=need_weights)
     # need_weights builds the weights itself, with the mask, and calls no SDPA
     assert calls == ([] if need_weights else [(False, True), (True, False)])
-    lower = torch.ones(5, 5, dtype=torch.bool).tril()
-    assert torch.allclose(causal, mha(x, x, x, attn_mask=~lower, need_weights=False)[0])
-    assert torch.allclose(both, mha(x, x, x, attn_mask=~(lower & padding), need_weights=False)[0])
+    lower = torch.ones(q_len, k_len, dtype=torch.bool).tril()  # aligned top-left, as SDPA's is_causal
+    assert torch.allclose(causal, mha(q, k, k, attn_mask=~lower, need_weights=False)[0])
+    assert torch.allclose(both, mha(q, k, k, attn_mask=~(lower & padding), need_weights=False)[0])

@@ -9,10 +9,11 @@ REPO = Path(__file__).resolve().parent.parent
 CARD = {"plugin": "test", "card": {"summary": "s", "family": "softmax", "kind": "core", "tags": {}}}
 
 
-def _run(store: Store, started: str, ratios: dict[str, float], width: float) -> str:
+def _run(store: Store, started: str, ratios: dict[str, float], width: float, **environment) -> str:
     """A stored run: each variant passed correctness and was timed at n = 64 at ``ratios`` x torch SDPA, its
     interval ``width`` of its value."""
-    run = store.start_run({"name": "quick", "reference_length": 64}, {"device": "cpu", "cpu": "test"}, started)
+    run = store.start_run({"name": "quick", "reference_length": 64}, {"device": "cpu", "cpu": "test", **environment},
+                          started)
     for variant, ratio in ratios.items():
         store.record_job(run, variant, "correctness", "done", 0.1, CARD,
                          [{"check": "reference-float64", "status": "passed", "setting": "s", "value": 1e-16}])
@@ -52,6 +53,20 @@ def test_reproducibility_counts_a_marked_move_apart_and_keeps_ties(tmp_path):
     out = _reproducibility(tmp_path)
     assert "1 cells more than 5% from the median of the runs, 0 of them unmarked on some board" in out
     assert "tied on neither: none" in out
+
+
+def test_reproducibility_says_when_its_runs_timed_in_different_forms(tmp_path):
+    """Runs on both sides of a change to how the harness calls what it times disagree by the change: it says so."""
+    store = Store(tmp_path / "results.sqlite")
+    _run(store, "2026-01-01 00:00:00", {"dot-product": 1.0}, width=0.02)
+    _run(store, "2026-01-01 01:00:00", {"dot-product": 1.0}, width=0.02, timing_form="1")
+    same = _reproducibility(tmp_path)
+    _run(store, "2026-01-01 02:00:00", {"dot-product": 1.0}, width=0.02, timing_form="2")
+    differ = _reproducibility(tmp_path)
+    assert "different forms" not in same
+    runs = list(store.runs().sort_values("started").run_id)
+    assert (f"these runs timed in different forms (zoo.checks.TIMING_FORM): {runs[0]} 1, {runs[1]} 1, {runs[2]} 2; "
+            "where that changed a figure, they disagree by the change, not by noise") in differ
 
 
 def test_measure_again_makes_each_board_as_it_was_made_and_only_the_suites_asked_for():

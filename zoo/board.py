@@ -10,7 +10,7 @@ run instead (another machine's, other settings'), labelled with their runs; thos
 
 A figure that states an interval (``low``/``high``: a timing's, over its run's processes and rounds) also spans
 the same figure in up to :data:`RERUNS` earlier jobs of that suite, variant and source on the same settings and
-kind of machine: what a rerun saw, which one run's processes, minutes apart, understate (on the 2-core machine
+kind of machine, timed in the same form (:data:`zoo.checks.TIMING_FORM`): what a rerun saw, which one run's processes, minutes apart, understate (on the 2-core machine
 the committed boards come from, mamba2's ranked ratio was 0.419x [0.4-0.429] in one quick run, 0.509x in the next).
 
 A variant's current source is the one its newest job on the board measured. A job that measured another source is
@@ -223,9 +223,9 @@ def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset())
     earlier = [r for r in reversed(list(runs.run_id))
                if r != run_id and r not in exclude and started[r] <= started[run_id]]
     groups = functools.cache(lambda run, suite: suite_group(store, run, suite))
-    form = timing_form(store.environment(run_id))
     job_parts, result_parts, rerun_parts = [], [], []
     chosen: dict[tuple, str | None] = {}  # (variant, suite) -> the source hash of the job the board shows
+    forms: dict[tuple, str] = {}  # (variant, suite) -> the timing form of the run of the job the board shows
     reruns: dict[tuple, int] = {}
     for source in [run_id] + earlier:
         jobs = store.jobs(source)
@@ -233,9 +233,9 @@ def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset())
                                   for s in jobs.suite], dtype=bool)]
         hashes = {(r.variant, r.suite): r.provenance.get("source_sha256") for r in jobs.itertuples()}
         shown = {key: h for key, h in hashes.items() if key not in chosen}
-        same_timing = timing_form(store.environment(source)) == form  # else its figures are other figures
+        form = timing_form(store.environment(source))  # a figure timed in another form is another figure
         again = {key for key, h in hashes.items() if key in chosen and isinstance(h, str) and h == chosen[key]
-                 and reruns.get(key, 0) < RERUNS and same_timing}
+                 and reruns.get(key, 0) < RERUNS and forms[key] == form}
         again &= {(r.variant, r.suite) for r in jobs.itertuples() if r.status == "done"}
         if not shown and not again:
             continue
@@ -247,6 +247,7 @@ def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset())
                 reruns[key] = reruns.get(key, 0) + 1
         if shown:
             chosen.update(shown)
+            forms.update(dict.fromkeys(shown, form))
             job_parts.append(jobs.loc[np.array([(v, s) in shown for v, s in zip(jobs.variant, jobs.suite)],
                                                dtype=bool)].assign(run_id=source))
             results = results.loc[np.array([key in shown for key in keys], dtype=bool)]
@@ -272,7 +273,7 @@ def _identity(rows: pd.DataFrame) -> list[tuple]:
 
 def _spanning_reruns(results: pd.DataFrame, rerun_parts: list[pd.DataFrame]) -> pd.DataFrame:
     """``results`` with every figure that states an interval widened to the same figure's values in the earlier
-    runs of its source (``rerun_parts``), and its ``reruns`` and ``between_runs`` columns."""
+    runs of its source and timing form (``rerun_parts``), and its ``reruns`` and ``between_runs`` columns."""
     results = results.assign(reruns=0, between_runs=np.nan)
     if not rerun_parts:
         return results

@@ -88,8 +88,8 @@ TIMING_FORM = "2"
 """How the harness calls what it times, recorded in a run's environment as ``timing_form``; raised when a change to
 a comparator or to a helper the built-ins time through (``zoo.functional``) makes a figure no longer the one earlier
 runs measured: "2", nn.MultiheadAttention is told ``is_causal`` for a causal call (it ran masked SDPA over the whole
-square before); a run without it: 1 (the three runs of commit 4cb1ce9, which first told it, recorded none
-either and count as 1). A figure's interval spans the same figure of earlier runs only of its form, and
+square before); a run without it: 1, unless it ran on a commit that had already changed it
+(:data:`zoo.environment.UNRECORDED_TIMING_FORMS`). A figure's interval spans the same figure of earlier runs only of its form, and
 ``zoo compare`` names a difference."""
 
 

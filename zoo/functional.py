@@ -122,9 +122,9 @@ def call_torch_mha(mha: torch.nn.MultiheadAttention, query: Tensor, key: Tensor,
 
     torch's module takes True as "may NOT attend" and a (q_len, k_len) or (batch * heads, q_len,
     k_len) mask, so the zoo's mask is combined, broadcast and inverted here. When that mask is exactly the
-    causal one, the module is also told ``is_causal``: it then hands SDPA ``is_causal=True`` instead of the
-    mask, as a user of torch would, and its causal kernel skips the masked half instead of masking the full
-    square.
+    causal one, the module is also told ``is_causal`` (it takes the hint only beside the mask): it then hands SDPA
+    ``is_causal=True`` instead of the mask, and SDPA's causal kernel skips the masked half instead of masking the
+    whole square. Its weights (``need_weights``) and its inference fast path still take the mask.
     """
     q_len, k_len = query.shape[1], key.shape[1]
     mask = combine_masks(attn_mask, is_causal, q_len, k_len, query.device)

@@ -635,11 +635,11 @@ def _between_runs_text(board, comparators) -> str:
     rows = rows[rows.versus == rows.variant.map(comparators)]
     spanned = rows[rows.reruns > 0] if "reruns" in rows else rows.iloc[:0]
     if spanned.empty:
-        return (" No earlier run of these sources on these settings and this kind of machine is in the store, so "
-                "nothing here has been seen across runs.")
+        return (" No earlier run of these sources on these settings and this kind of machine, timing them in the "
+                "same form, is in the store, so nothing here has been seen across runs.")
     return (f" Between runs: {len(spanned)} of {len(rows)} ratios to the op each kind is ranked against were also "
             f"measured in up to {RERUNS} earlier runs of the same source on these settings and this kind of "
-            "machine; the spread of those runs' figures and this one's ((largest - smallest) / value): median "
+            "machine, timed in the same form; the spread of those runs' figures and this one's ((largest - smallest) / value): median "
             f"{spanned.between_runs.median():.3g}, largest {spanned.between_runs.max():.3g}.")
 
 
@@ -771,8 +771,8 @@ def section(board) -> zoo.Section:
             "layers) on the same shapes in the same process (median of per-round ratios, over every process that "
             "timed the cell); *noisy* marks a cell whose IQR/median stayed above the run's threshold after "
             "re-measuring, *varies* a time or ratio whose interval (every process's median, at least the rounds' "
-            "interquartile range, the same figure in earlier runs of the same source; for a time also the machine's "
-            "drift over the run, see Reproducibility above) reaches farther from it than half the run's threshold (a "
+            "interquartile range, the same figure in earlier runs of the same source and timing form; for a time also "
+            "the machine's drift over the run, see Reproducibility above) reaches farther from it than half the run's threshold (a "
             "rerun may land elsewhere). An approximation's "
             "forward "
             "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
