@@ -10,8 +10,9 @@ run instead (another machine's, other settings'), labelled with their runs; thos
 
 A figure that states an interval (``low``/``high``: a timing's, over its run's processes and rounds) also spans
 the same figure in up to :data:`RERUNS` earlier jobs of that suite, variant and source on the same settings and
-kind of machine, timed in the same form (:data:`zoo.checks.TIMING_FORM`): what a rerun saw, which one run's processes, minutes apart, understate (on the 2-core machine
-the committed boards come from, mamba2's ranked ratio was 0.419x [0.4-0.429] in one quick run, 0.509x in the next).
+kind of machine, timed in the same form (:data:`zoo.checks.TIMING_FORM`): what a rerun saw, which one run's
+processes, minutes apart, understate (on the 2-core machine the committed boards come from, mamba2's ranked ratio
+was 0.419x [0.4-0.429] in one quick run, 0.509x in the next).
 
 A variant's current source is the one its newest job on the board measured. A job that measured another source is
 *stale*: its rows leave the board (they neither rank nor block the variant), and the board names the suites and

@@ -89,8 +89,8 @@ TIMING_FORM = "2"
 a comparator or to a helper the built-ins time through (``zoo.functional``) makes a figure no longer the one earlier
 runs measured: "2", nn.MultiheadAttention is told ``is_causal`` for a causal call (it ran masked SDPA over the whole
 square before); a run without it: 1, unless it ran on a commit that had already changed it
-(:data:`zoo.environment.UNRECORDED_TIMING_FORMS`). A figure's interval spans the same figure of earlier runs only of its form, and
-``zoo compare`` names a difference."""
+(:data:`zoo.environment.UNRECORDED_TIMING_FORMS`). A figure's interval spans the same figure of earlier runs only
+of its form, and ``zoo compare`` names a difference."""
 
 
 @dataclass(frozen=True)

@@ -639,8 +639,9 @@ def _between_runs_text(board, comparators) -> str:
                 "same form, is in the store, so nothing here has been seen across runs.")
     return (f" Between runs: {len(spanned)} of {len(rows)} ratios to the op each kind is ranked against were also "
             f"measured in up to {RERUNS} earlier runs of the same source on these settings and this kind of "
-            "machine, timed in the same form; the spread of those runs' figures and this one's ((largest - smallest) / value): median "
-            f"{spanned.between_runs.median():.3g}, largest {spanned.between_runs.max():.3g}.")
+            "machine, timed in the same form; the spread of those runs' figures and this one's "
+            f"((largest - smallest) / value): median {spanned.between_runs.median():.3g}, "
+            f"largest {spanned.between_runs.max():.3g}.")
 
 
 def rank_intro(board) -> list[str]:
@@ -772,10 +773,9 @@ def section(board) -> zoo.Section:
             "timed the cell); *noisy* marks a cell whose IQR/median stayed above the run's threshold after "
             "re-measuring, *varies* a time or ratio whose interval (every process's median, at least the rounds' "
             "interquartile range, the same figure in earlier runs of the same source and timing form; for a time also "
-            "the machine's drift over the run, see Reproducibility above) reaches farther from it than half the run's threshold (a "
-            "rerun may land elsewhere). An approximation's "
-            "forward "
-            "cells also give its normalised error at that length (0 exact, 1 = each query's mean of the values). "
+            "the machine's drift over the run, see Reproducibility above) reaches farther from it than half the run's "
+            "threshold (a rerun may land elsewhere). An approximation's forward cells also give its normalised error "
+            "at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
     behind, undeclared = best_known_rows(board, "time-ratio", PHASES, lengths, functools.partial(_confirmed, board))
     tables = [zoo.Table("", [], rows, footnotes=notes.reasons),  # its own and the baselines' empty cells
