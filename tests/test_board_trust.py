@@ -602,25 +602,34 @@ def test_a_figures_interval_spans_the_same_figure_in_earlier_runs_of_its_source_
     assert bare.reruns == 0 and pd.isna(bare.low) and pd.isna(bare.between_runs)
 
 
+def _ratio_run(store, started, environment, ratios, versus="torch-sdpa"):
+    """A quick-profile run of ``environment`` on one source whose speed job of each variant stored one causal time
+    ratio at n = 64 (``ratios``: variant -> value), its interval 1% either side; its id."""
+    from zoo.checks import Result
+    from zoo.profiles import get_profile
+
+    run_id = store.start_run(get_profile("quick").as_dict(), {"cpu": "test", **environment}, started)
+    for variant, ratio in ratios.items():
+        row = Result("time-ratio", "measured", "causal fwd n=64", ratio, "ratio", n=64, mode="causal", phase="fwd",
+                     versus=versus, low=ratio * 0.99, high=ratio * 1.01).as_dict()
+        store.record_job(run_id, variant, "speed", "done", 1.0, {"source_sha256": "aaa"}, [row])
+    return run_id
+
+
 def test_a_figures_interval_spans_no_earlier_run_that_called_what_it_timed_differently():
     """Runs of one source before and after a change to how the harness calls what it times (``timing_form``): the
     latest figure spans only the run of its own form; runs that recorded no form are of the first one; a new run
     records this zoo's form."""
     from zoo.board import board_rows
-    from zoo.checks import TIMING_FORM, Result
+    from zoo.checks import TIMING_FORM
     from zoo.environment import fingerprint
     from zoo.profiles import get_profile
 
     assert fingerprint(get_profile("smoke"), "cpu")["timing_form"] == TIMING_FORM
     store = Store.in_memory("timing forms")
-    settings = get_profile("quick").as_dict()
 
     def run(started, ratio, environment):
-        run_id = store.start_run(settings, {"cpu": "test", **environment}, started)
-        row = Result("time-ratio", "measured", "causal fwd n=64", ratio, "ratio", n=64, mode="causal", phase="fwd",
-                     versus="torch-mha-layer", low=ratio * 0.99, high=ratio * 1.01).as_dict()
-        store.record_job(run_id, "multi-head", "speed", "done", 1.0, {"source_sha256": "aaa"}, [row])
-        return run_id
+        return _ratio_run(store, started, environment, {"multi-head": ratio}, versus="torch-mha-layer")
 
     run("2026-01-01 00:00:00", 0.5, {})  # before the change: nothing recorded
     first_form = run("2026-01-01 01:00:00", 0.55, {"timing_form": "1"})
@@ -637,23 +646,12 @@ def test_a_figure_shown_from_an_earlier_form_still_spans_the_runs_of_that_form()
     """A run of the new form that timed one variant again: another variant's figure, shown from the old form's latest
     run, still spans its old-form rerun; the form that counts is that of the run the figure comes from."""
     from zoo.board import board_rows
-    from zoo.checks import TIMING_FORM, Result
-    from zoo.profiles import get_profile
+    from zoo.checks import TIMING_FORM
 
     store = Store.in_memory("timing forms")
-    settings = get_profile("quick").as_dict()
-
-    def run(started, environment, ratios):
-        run_id = store.start_run(settings, {"cpu": "test", **environment}, started)
-        for variant, ratio in ratios.items():
-            row = Result("time-ratio", "measured", "causal fwd n=64", ratio, "ratio", n=64, mode="causal",
-                         phase="fwd", versus="torch-sdpa", low=ratio * 0.99, high=ratio * 1.01).as_dict()
-            store.record_job(run_id, variant, "speed", "done", 1.0, {"source_sha256": "aaa"}, [row])
-        return run_id
-
-    run("2026-01-01 00:00:00", {}, {"multi-head": 0.5, "windowed": 2.0})
-    run("2026-01-01 01:00:00", {}, {"multi-head": 0.55, "windowed": 2.2})
-    latest = run("2026-01-01 02:00:00", {"timing_form": TIMING_FORM}, {"multi-head": 0.9})
+    _ratio_run(store, "2026-01-01 00:00:00", {}, {"multi-head": 0.5, "windowed": 2.0})
+    _ratio_run(store, "2026-01-01 01:00:00", {}, {"multi-head": 0.55, "windowed": 2.2})
+    latest = _ratio_run(store, "2026-01-01 02:00:00", {"timing_form": TIMING_FORM}, {"multi-head": 0.9})
     rows = board_rows(store, latest)[0].set_index("variant")
     assert rows.loc["multi-head"].reruns == 0
     assert (rows.loc["windowed"].value, rows.loc["windowed"].reruns, rows.loc["windowed"].low) == (2.2, 1, 2.0)
