@@ -657,6 +657,35 @@ def test_a_figure_shown_from_an_earlier_form_still_spans_the_runs_of_that_form()
     assert (rows.loc["windowed"].value, rows.loc["windowed"].reruns, rows.loc["windowed"].low) == (2.2, 1, 2.0)
 
 
+def test_a_ratio_timed_before_its_comparators_call_changed_is_marked_and_the_board_says_what_changed():
+    """A layer shown from a run of form 1 beside one of form 2: its causal ratio to nn.MultiheadAttention, whose
+    causal call form 2 changed, is marked *earlier form* and named in the board's header with the change; its
+    non-causal ratio, and the form-2 layer's, are not."""
+    from zoo.board import Board
+    from zoo.checks import Result
+    from zoo.leaderboard import registered_suites
+    from zoo.profiles import get_profile
+    from zoo.suites.speed import _forms_line, _ratio_cell, rank_intro
+
+    store = Store.in_memory("timing forms")
+    for started, environment, variant in (("2026-01-01 00:00:00", {}, "old"),
+                                          ("2026-01-01 01:00:00", {"timing_form": "2"}, "new")):
+        run = store.start_run(get_profile("quick").as_dict(), {"cpu": "test", **environment}, started)
+        store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "layer"}}, [
+            Result("time-ratio", "measured", f"{mode} fwd n=64", 0.9, "ratio", n=64, mode=mode, phase="fwd",
+                   versus="torch-mha-layer", low=0.89, high=0.91).as_dict() for mode in ("full", "causal")])
+    board = Board.of(store, run, registered_suites())
+
+    def cell(variant, mode):
+        return _ratio_cell(board, variant, "fwd", 64, mode=mode)[1]
+
+    assert cell("old", "causal").endswith(", earlier form)"), cell("old", "causal")
+    assert "earlier form" not in cell("old", "full") + cell("new", "causal") + cell("new", "full")
+    line = _forms_line(board)
+    assert "the causal ratios to nn.MultiheadAttention of old (since form 2, nn.MultiheadAttention is told " \
+           "is_causal" in line and "new" not in line and rank_intro(board)[-1] == line
+
+
 def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_runs_few(monkeypatch):
     """After a quiet run-all and a quiet rerun of one variant, a run-all whose other cells are noisy is held back:
     the reference is each cell's latest spread, not the one-variant run's two cells."""

@@ -279,6 +279,34 @@ def test_an_own_time_carries_the_machines_drift_over_the_run_and_a_ratio_does_no
         assert re.search(own, readme), readme
 
 
+def test_the_drift_takes_each_timing_forms_comparator_times_relative_to_their_own_median(tmp_path):
+    """A board showing jobs of a form-1 run (nn.MultiheadAttention or SDPA called one way: 1.3 ms each time) and of
+    a form-2 run (called another way: 1.0, 1.1 and 1.0 ms) reports the drift within each form, 1.0-1.1, not the
+    two calls' difference."""
+    from zoo.board import Board
+    from zoo.leaderboard import registered_suites
+    from zoo.profiles import get_profile
+    from zoo.store import Store
+
+    profile = get_profile("smoke").with_overrides(processes=3)
+    store = Store(tmp_path / "results.sqlite")
+    n = profile.of("speed").reference_length
+    where = {"n": n, "mode": "full", "phase": "fwd+bwd"}
+    for started, environment, times in (("2026-01-01 00:00:00", {"device": "cpu"}, {"a": 1.3, "b": 1.3, "c": 1.3}),
+                                        ("2026-01-02 00:00:00", {"device": "cpu", "timing_form": "2"},
+                                         {"d": 1.0, "e": 1.1, "f": 1.0})):
+        run = store.start_run(profile.as_dict(), environment, started)
+        for variant, milliseconds in times.items():
+            store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "core"}}, [
+                {"check": "time", "status": "measured", "value": milliseconds * 1e-3, "versus": "torch-sdpa",
+                 **where},
+                {"check": "time", "status": "measured", "value": 1e-3, "low": 1e-3, "high": 1e-3, **where}])
+    board = Board.of(store, run, registered_suites())
+    assert set(board.rows("speed").variant) == set("abcdef")
+    low, high = board.drift("speed", "time", ["torch-sdpa"], "full", "fwd+bwd", n)
+    assert (round(low, 6), round(high, 6)) == (1.0, 1.1)
+
+
 def _png(pixels) -> bytes:
     import io
 

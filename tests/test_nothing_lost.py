@@ -450,6 +450,22 @@ def test_resume_continues_only_a_run_this_machine_started_and_with_its_own_setti
     assert status == 2 and "no run to continue" in out[0] and not (tmp_path / "nothing-here").exists()
 
 
+def test_resume_refuses_a_run_that_timed_in_another_form_than_this_zoo(tmp_path, capsys):
+    """Its remaining jobs would time other calls than its finished ones under the one form the run records."""
+    import socket
+
+    from zoo.checks import TIMING_FORM
+
+    folder = tmp_path / "board"
+    folder.mkdir()
+    run = Store(folder / "results.sqlite").start_run({"name": "quick", "reference_length": 64},
+                                                     {"device": "cpu", "host": socket.gethostname()},
+                                                     "2026-01-01 00:00:00")  # no timing_form: form 1
+    status, out = zoo_here(capsys, "run-all", "--resume", "--out", folder)
+    assert status == 2 and out == [f"zoo: error: --resume: run {run} timed in form 1 and this zoo times in form "
+                                   f"{TIMING_FORM} (zoo.checks.TIMING_FORM); start a new run without --resume"], out
+
+
 def test_a_publication_whose_scratch_is_on_another_filesystem_or_that_cannot_rename_finishes_or_says_why(
         tmp_path, capsys):
     """.zoo-cache linked to another filesystem: its files cannot be renamed into place (EXDEV), so each is copied

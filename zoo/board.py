@@ -216,7 +216,7 @@ IDENTITY = ["variant", "suite", "check", "mode", "phase", "n", "versus", "batch"
 def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows and jobs the board for ``run_id`` accumulates (see the module), never from the runs in
     ``exclude`` (held back as too noisy); each row carries its ``run_id``, each result row its job's
-    ``source_sha256``, and a figure with an interval the earlier runs of its source and timing form it spans
+    ``source_sha256`` and its run's ``timing_form``, and a figure with an interval the earlier runs of its source and timing form it spans
     (``reruns``, their count) and the spread of all those runs' figures (``between_runs``: (largest - smallest) / its
     value)."""
     runs = store.runs()
@@ -252,10 +252,11 @@ def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset())
             job_parts.append(jobs.loc[np.array([(v, s) in shown for v, s in zip(jobs.variant, jobs.suite)],
                                                dtype=bool)].assign(run_id=source))
             results = results.loc[np.array([key in shown for key in keys], dtype=bool)]
-            result_parts.append(results.assign(run_id=source, source_sha256=[shown[key] for key in
-                                                                             zip(results.variant, results.suite)]))
+            result_parts.append(results.assign(run_id=source, timing_form=form, source_sha256=[
+                shown[key] for key in zip(results.variant, results.suite)]))
     if not job_parts:
-        alone = store.results(run_id).assign(run_id=run_id, source_sha256=None)
+        alone = store.results(run_id).assign(run_id=run_id, source_sha256=None,
+                                             timing_form=timing_form(store.environment(run_id)))
         return _spanning_reruns(alone, []), store.jobs(run_id)
     return _spanning_reruns(pd.concat(result_parts, ignore_index=True), rerun_parts), pd.concat(
         job_parts, ignore_index=True)
@@ -454,6 +455,13 @@ class Board:
         whole, by_variant = split[suite]
         return whole if variant is None else by_variant.get(variant, whole.iloc[:0])
 
+    def timing_form_of(self, suite: str, variant: str) -> str | None:
+        """The timing form (:data:`zoo.checks.TIMING_FORM`) of the run the variant's rows of ``suite`` come from;
+        None where it has none or they were carried from any run."""
+        rows = self.rows(suite, variant)
+        forms = set(rows.timing_form.dropna()) if "timing_form" in rows else set()
+        return forms.pop() if len(forms) == 1 else None
+
     def runs_of(self, suite: str) -> list[str]:
         """The runs the suite's rows on the board come from."""
         return sorted(set(self.rows(suite).run_id))
@@ -511,8 +519,9 @@ class Board:
         """How far the machine itself drifted over the run at one cell: the same comparator call (one of
         ``comparators``), timed beside each variant in its own job, landed from (smallest / median, largest /
         median) of that call's times over the run's jobs. Every absolute time on the board carries this drift; a
-        ratio measured in the same rounds as its comparator does not. None where fewer than three jobs timed a
-        comparator there."""
+        ratio measured in the same rounds as its comparator does not. Jobs of runs that timed in different forms
+        (:data:`zoo.checks.TIMING_FORM`) timed different calls, so each form's times are taken relative to their
+        own median. None where fewer than three jobs of one form timed a comparator there."""
         return self._drift_cells(suite, check, comparators).get(_cell_key(mode, phase, n, batch))
 
     def drifts(self, suite: str, check: str, comparators) -> list[float]:
@@ -525,9 +534,11 @@ class Board:
         if key not in derived:
             rows = self.rows(suite)
             rows = rows[(rows.check == check) & rows.versus.isin(list(comparators)) & (rows.value > 0)]
+            if "timing_form" not in rows:  # carried rows only
+                rows = rows.assign(timing_form=None)
             relative: dict[tuple, list[float]] = {}
-            for (mode, phase, n, batch, _), group in rows.groupby(["mode", "phase", "n", "batch", "versus"],
-                                                                   dropna=False):
+            for (mode, phase, n, batch, *_), group in rows.groupby(["mode", "phase", "n", "batch", "versus",
+                                                                    "timing_form"], dropna=False):
                 if len(group) >= 3:
                     relative.setdefault(_cell_key(mode, phase, n, batch), []).extend(group.value / group.value.median())
             derived[key] = {cell: (float(min(values)), float(max(values))) for cell, values in relative.items()}

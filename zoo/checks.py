@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 import math
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping
 
-from .contract import NAME_PATTERN, RegistrationError
+from .contract import MHA, NAME_PATTERN, RegistrationError
 
 if TYPE_CHECKING:
     from .contract import Origin, Tags, Variant
@@ -90,7 +90,32 @@ a comparator or to a helper the built-ins time through (``zoo.functional``) make
 runs measured: "2", nn.MultiheadAttention is told ``is_causal`` for a causal call (it ran masked SDPA over the whole
 square before); a run without it: 1, unless it ran on a commit that had already changed it
 (:data:`zoo.environment.UNRECORDED_TIMING_FORMS`). A figure's interval spans the same figure of earlier runs only
-of its form, and ``zoo compare`` names a difference."""
+of its form, and ``zoo compare`` names a difference; :data:`TIMING_FORM_CHANGES` says which calls each form changed."""
+
+
+@dataclass(frozen=True)
+class TimingFormChange:
+    """What a form of :data:`TIMING_FORM` changed: how the comparator ``versus`` is called in ``mode``. A ratio to it
+    in that mode from a run of an earlier form was measured against the call as it was (``before``)."""
+
+    versus: str
+    mode: str
+    now: str
+    before: str
+
+
+TIMING_FORM_CHANGES = {
+    "2": TimingFormChange(MHA, "causal", "nn.MultiheadAttention is told is_causal, so it runs torch's causal kernel",
+                          "it was handed the causal mask alone, so it ran masked SDPA over the whole square"),
+}
+"""Form -> the call it changed (every form after "1" has one)."""
+
+
+def form_changes(form: str, versus: str, mode: str) -> list[TimingFormChange]:
+    """The changes since ``form`` to the call of ``versus`` in ``mode``: a ratio to it timed in ``form`` is to
+    another call than this zoo's where there are any."""
+    return [change for later, change in TIMING_FORM_CHANGES.items()
+            if int(later) > int(form) and (change.versus, change.mode) == (versus, mode)]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
+from .checks import TIMING_FORM
 from .contract import OptionError
+from .environment import timing_form
 
 MAX_LENGTH = 2 ** 20  # the plan counts real calls at the two smallest lengths: keep those allocatable
 MIN_MEMORY_GIB = 1.0  # below this a worker cannot start torch (its BLAS fails to allocate at 0.5 GiB)
@@ -255,6 +257,10 @@ def _run_to_resume(store, retry_errors: bool, folder) -> str:
         elsewhere = f" ({len(runs)} started on other machines)" if len(runs) else ""
         raise OptionError(f"--resume: no {'' if retry_errors else 'unfinished '}run this machine started in "
                           f"{str(folder.database)!r}{elsewhere}")
+    form = timing_form(store.environment(mine[-1]))
+    if form != TIMING_FORM:  # its remaining jobs would time other figures than its first ones under its one form
+        raise OptionError(f"--resume: run {mine[-1]} timed in form {form} and this zoo times in form {TIMING_FORM} "
+                          "(zoo.checks.TIMING_FORM); start a new run without --resume")
     return mine[-1]
 
 

@@ -25,7 +25,7 @@ from zoo.board import (RERUNS, Footnotes, approximates, behind_mark, best_known,
 from zoo.cases import relative_error
 from zoo.environment import counted_once, run_shared
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
-from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
+from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception, form_changes, TIMING_FORM_CHANGES
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows, shared
 from zoo.scaling import fit_exponent, timed
@@ -441,6 +441,13 @@ def _varies(board, variant, mode, phase, n, versus="") -> bool:
     return interval is not None and threshold is not None and strays(*interval, threshold)
 
 
+def _earlier_form(board, variant, mode, versus) -> bool:
+    """Whether the variant's ratios to ``versus`` in ``mode`` were timed before a change to how the harness calls
+    it (:data:`zoo.checks.TIMING_FORM_CHANGES`): against another call than the rest of a board of this zoo's."""
+    form = board.timing_form_of(SUITE, variant)
+    return form is not None and bool(form_changes(form, versus, mode))
+
+
 def _missing(board, variant: str, mode: str, phase: str, n) -> str:
     """Why a variant has no time at (mode, phase, n): the plan's, the safety net's or an error's words."""
     rows = board.rows(SUITE, variant)
@@ -476,7 +483,8 @@ def _ratio_cell(board, variant, phase, n, notes=None, mode=None) -> tuple[float 
     low, high = _interval(board, variant, phase, n, mode)
     interval = f" [{low:.3g}-{high:.3g}]" if low is not None and high is not None else ""
     marks = [word for word, marked in (("causal", mode == "causal"), ("noisy", _is_noisy(board, variant, mode, phase, n)),
-                                       ("varies", _varies(board, variant, mode, phase, n, versus))) if marked]
+                                       ("varies", _varies(board, variant, mode, phase, n, versus)),
+                                       ("earlier form", _earlier_form(board, variant, mode, versus))) if marked]
     return ratio, fmt_x(ratio) + interval + (f" ({', '.join(marks)})" if marks else "")
 
 
@@ -644,6 +652,23 @@ def _between_runs_text(board, comparators) -> str:
             f"largest {spanned.between_runs.max():.3g}.")
 
 
+def _forms_line(board) -> str:
+    """Which variants' ratios were timed before a change to their comparator's call (marked *earlier form*), and
+    what changed; '' where none were."""
+    said = []
+    for form, change in TIMING_FORM_CHANGES.items():
+        earlier = [v for v in board.variants if _versus(board, v) == change.versus
+                   and int(board.timing_form_of(SUITE, v) or form) < int(form)
+                   and any(board.value(v, "time-ratio", change.mode, phase, versus=change.versus) is not None
+                           for phase in PHASES)]
+        if earlier:
+            said.append(f"the {change.mode} ratios to {COMPARATOR_LABELS[change.versus]} of {', '.join(earlier)} "
+                        f"(since form {form}, {change.now}; before, {change.before})")
+    return ("Timed before a change to how the harness calls a comparator (zoo.checks.TIMING_FORM), so against "
+            f"another call than the board's other ratios to it, and marked *earlier form*: {'; '.join(said)}. A run "
+            "of them with this zoo on the board's settings replaces them.") if said else ""
+
+
 def rank_intro(board) -> list[str]:
     """What the ranking compares, for the board's header, and the board's noise."""
     settings, mine = board.settings, board.settings_of(SUITE)
@@ -663,6 +688,7 @@ def rank_intro(board) -> list[str]:
         "inputs fails correctness and is not ranked.",
         _noise_line(board),
         *([_reproducibility_line(board)] if (board.results.check == "time").any() else []),
+        *([line] if (line := _forms_line(board)) else []),
     ]
 
 
@@ -717,9 +743,11 @@ def section(board) -> zoo.Section:
                     iqr, x = board.value(variant, "time-iqr", mode, phase, n), board.value(variant, "time-ratio", mode, phase, n,
                                                                                            versus=versus)
                     error = board.value(variant, "approximation-error", mode, "fwd", n) if phase == "fwd" else None
-                    ratio_varies = _varies(board, variant, mode, phase, n, versus)
+                    ratio_marks = "".join(f", {word}" for word, marked in (
+                        ("varies", _varies(board, variant, mode, phase, n, versus)),
+                        ("earlier form", _earlier_form(board, variant, mode, versus))) if marked)
                     row[f"n={n}"] = (fmt_ms(t, iqr) + (" varies" if _varies(board, variant, mode, phase, n) else "")
-                                     + (f" ({fmt_x(x)}{', varies' if ratio_varies else ''})" if x is not None
+                                     + (f" ({fmt_x(x)}{ratio_marks})" if x is not None
                                         else " (no ratio)")
                                      + (" noisy" if _is_noisy(board, variant, mode, phase, n) else "")
                                      + (f"; approx. error {error:.2f}" if error is not None else ""))
@@ -774,7 +802,9 @@ def section(board) -> zoo.Section:
             "re-measuring, *varies* a time or ratio whose interval (every process's median, at least the rounds' "
             "interquartile range, the same figure in earlier runs of the same source and timing form; for a time also "
             "the machine's drift over the run, see Reproducibility above) reaches farther from it than half the run's "
-            "threshold (a rerun may land elsewhere). An approximation's forward cells also give its normalised error "
+            "threshold (a rerun may land elsewhere)"
+            + ("; *earlier form*, a ratio timed before a change to its comparator's call (the board's header says "
+               "which)" if _forms_line(board) else "") + ". An approximation's forward cells also give its normalised error "
             "at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
     behind, undeclared = best_known_rows(board, "time-ratio", PHASES, lengths, functools.partial(_confirmed, board))
