@@ -657,24 +657,35 @@ def test_a_figure_shown_from_an_earlier_form_still_spans_the_runs_of_that_form()
     assert (rows.loc["windowed"].value, rows.loc["windowed"].reruns, rows.loc["windowed"].low) == (2.2, 1, 2.0)
 
 
-def test_a_ratio_timed_before_its_comparators_call_changed_is_marked_and_the_board_says_what_changed():
-    """A layer shown from a run of form 1 beside one of form 2: its causal ratio to nn.MultiheadAttention, whose
-    causal call form 2 changed, is marked *earlier form* and named in the board's header with the change; its
-    non-causal ratio, and the form-2 layer's, are not."""
+def _form_board(layers: dict[str, dict]):
+    """A board of layers each from its own run (variant -> that run's environment), each timed at n = 64 with
+    ratios of 0.9 to nn.MultiheadAttention and to a baseline, in both modes."""
     from zoo.board import Board
     from zoo.checks import Result
+    from zoo.contract import MHA
     from zoo.leaderboard import registered_suites
     from zoo.profiles import get_profile
-    from zoo.suites.speed import _forms_line, _ratio_cell, rank_intro
 
     store = Store.in_memory("timing forms")
-    for started, environment, variant in (("2026-01-01 00:00:00", {}, "old"),
-                                          ("2026-01-01 01:00:00", {"timing_form": "2"}, "new")):
-        run = store.start_run(get_profile("quick").as_dict(), {"cpu": "test", **environment}, started)
-        store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "layer"}}, [
-            Result("time-ratio", "measured", f"{mode} fwd n=64", 0.9, "ratio", n=64, mode=mode, phase="fwd",
-                   versus="torch-mha-layer", low=0.89, high=0.91).as_dict() for mode in ("full", "causal")])
-    board = Board.of(store, run, registered_suites())
+    for hour, (variant, environment) in enumerate(layers.items()):
+        run = store.start_run(get_profile("quick").as_dict(), {"cpu": "test", **environment},
+                              f"2026-01-01 0{hour}:00:00")
+        store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "layer", "best_known": "own-mha"}}, [
+            row for mode in ("full", "causal") for row in (
+                Result("time", "measured", f"{mode} fwd n=64", 1e-3, "s", n=64, mode=mode, phase="fwd").as_dict(),
+                *(Result("time-ratio", "measured", f"{mode} fwd n=64", 0.9, "ratio", n=64, mode=mode, phase="fwd",
+                         versus=versus, low=0.89, high=0.91).as_dict() for versus in (MHA, "own-mha")))])
+    return Board.of(store, run, registered_suites())
+
+
+def test_a_ratio_timed_before_its_comparators_call_changed_is_marked_and_the_board_says_what_changed():
+    """A layer shown from a run of form 1 beside one of form 2: its causal ratio to nn.MultiheadAttention, whose
+    causal call form 2 changed, is marked *earlier form* in the ranked cell, the per-length table and the variant's
+    page, and named in the board's header with the change and the layer timed against the call as it is now; its
+    non-causal ratio, its ratios to its own baseline, and the form-2 layer's are not marked."""
+    from zoo.suites.speed import _forms_line, _ratio_cell, details, rank_intro, section
+
+    board = _form_board({"old": {}, "new": {"timing_form": "2"}})
 
     def cell(variant, mode):
         return _ratio_cell(board, variant, "fwd", 64, mode=mode)[1]
@@ -682,8 +693,28 @@ def test_a_ratio_timed_before_its_comparators_call_changed_is_marked_and_the_boa
     assert cell("old", "causal").endswith(", earlier form)"), cell("old", "causal")
     assert "earlier form" not in cell("old", "full") + cell("new", "causal") + cell("new", "full")
     line = _forms_line(board)
-    assert "the causal ratios to nn.MultiheadAttention of old (since form 2, nn.MultiheadAttention is told " \
-           "is_causal" in line and "new" not in line and rank_intro(board)[-1] == line
+    assert line.startswith("Marked *earlier form*") and rank_intro(board)[-1] == line
+    assert "the causal ratios to nn.MultiheadAttention of old were timed when it was handed the causal mask alone" \
+           in line and "(as in the ratios of new here, not comparable with them)" in line, line
+    per_length = {(row["variant"], row["mode"]): row["n=64"] for row in section(board).tables[0].rows}
+    assert per_length[("old", "causal")].endswith("(0.9x, earlier form)"), per_length
+    assert "earlier form" not in per_length[("old", "full")] + per_length[("new", "causal")]
+    assert "; *earlier form*, a ratio timed before a change" in " ".join(section(board).text)
+    page = {row["mode"]: row for row in details(board, "old")[0].rows}
+    assert page["causal"]["x nn.MultiheadAttention"] == "0.9x (earlier form)" and \
+        page["causal"]["x best known (own-mha)"] == "0.9x" and page["full"]["x nn.MultiheadAttention"] == "0.9x"
+
+
+def test_a_board_of_earlier_form_runs_only_marks_them_and_compares_them_with_no_other():
+    """A board whose every layer, its own run's included, was timed before the change: each causal ratio is marked,
+    and the header names no layer timed against the call as it is now."""
+    from zoo.suites.speed import _forms_line, _ratio_cell
+
+    board = _form_board({"first": {}, "second": {"timing_form": "1"}})
+    assert all(_ratio_cell(board, v, "fwd", 64, mode="causal")[1].endswith(", earlier form)")
+               for v in ("first", "second"))
+    assert "of first, second were timed when" in _forms_line(board) and "not comparable" not in _forms_line(board)
+    assert _forms_line(_form_board({"now": {"timing_form": "2"}})) == ""
 
 
 def test_a_noisy_run_all_is_judged_against_every_cell_of_the_board_not_the_last_runs_few(monkeypatch):

@@ -279,11 +279,12 @@ def test_an_own_time_carries_the_machines_drift_over_the_run_and_a_ratio_does_no
         assert re.search(own, readme), readme
 
 
-def test_the_drift_takes_each_timing_forms_comparator_times_relative_to_their_own_median(tmp_path):
-    """A board showing jobs of a form-1 run (nn.MultiheadAttention or SDPA called one way: 1.3 ms each time) and of
-    a form-2 run (called another way: 1.0, 1.1 and 1.0 ms) reports the drift within each form, 1.0-1.1, not the
-    two calls' difference."""
+def test_the_drift_takes_each_version_of_a_comparator_call_relative_to_its_own_median(tmp_path):
+    """A board showing jobs of a form-1 run and of a form-2 run: nn.MultiheadAttention's causal call, which form 2
+    changed (1.3 ms each time before, 1.0, 1.1 and 1.0 ms after), drifted 1.0-1.1 within each version, not by the
+    two calls' difference; torch SDPA's call, the same in both forms, drifted over all six jobs."""
     from zoo.board import Board
+    from zoo.contract import MHA, SDPA
     from zoo.leaderboard import registered_suites
     from zoo.profiles import get_profile
     from zoo.store import Store
@@ -291,20 +292,22 @@ def test_the_drift_takes_each_timing_forms_comparator_times_relative_to_their_ow
     profile = get_profile("smoke").with_overrides(processes=3)
     store = Store(tmp_path / "results.sqlite")
     n = profile.of("speed").reference_length
-    where = {"n": n, "mode": "full", "phase": "fwd+bwd"}
     for started, environment, times in (("2026-01-01 00:00:00", {"device": "cpu"}, {"a": 1.3, "b": 1.3, "c": 1.3}),
                                         ("2026-01-02 00:00:00", {"device": "cpu", "timing_form": "2"},
                                          {"d": 1.0, "e": 1.1, "f": 1.0})):
         run = store.start_run(profile.as_dict(), environment, started)
         for variant, milliseconds in times.items():
-            store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "core"}}, [
-                {"check": "time", "status": "measured", "value": milliseconds * 1e-3, "versus": "torch-sdpa",
-                 **where},
-                {"check": "time", "status": "measured", "value": 1e-3, "low": 1e-3, "high": 1e-3, **where}])
+            store.record_job(run, variant, "speed", "done", 1.0, {"card": {"kind": "layer"}}, [
+                {"check": "time", "status": "measured", "value": milliseconds * 1e-3, "versus": versus, "n": n,
+                 "mode": mode, "phase": "fwd+bwd"} for versus, mode in ((MHA, "causal"), (SDPA, "full"))])
     board = Board.of(store, run, registered_suites())
     assert set(board.rows("speed").variant) == set("abcdef")
-    low, high = board.drift("speed", "time", ["torch-sdpa"], "full", "fwd+bwd", n)
-    assert (round(low, 6), round(high, 6)) == (1.0, 1.1)
+
+    def drift(versus, mode):
+        return tuple(round(end, 6) for end in board.drift("speed", "time", [versus], mode, "fwd+bwd", n))
+
+    assert drift(MHA, "causal") == (1.0, 1.1)
+    assert drift(SDPA, "full") == (round(1.0 / 1.2, 6), round(1.3 / 1.2, 6))  # over the median of all six, 1.2 ms
 
 
 def _png(pixels) -> bytes:

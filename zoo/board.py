@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
-from .checks import PASSED, WORKER_CHECK
+from .checks import PASSED, WORKER_CHECK, form_changes
 from .contract import BEST_KNOWN_SLACK, Tags
 from .environment import machine_kind, machine_text, timing_form
 from .store import Store
@@ -130,12 +130,13 @@ def behind_mark(ratio: float, low: float | None, confirmed: bool = True) -> str:
     return "behind" if (low is None or low > BEST_KNOWN_SLACK) and confirmed else "behind?"
 
 
-def best_known_rows(board, check: str, phases, lengths, confirmed=None) -> tuple[list[dict], list[str]]:
+def best_known_rows(board, check: str, phases, lengths, confirmed=None, earlier=None) -> tuple[list[dict], list[str]]:
     """Per variant with a declared best known implementation, per mode and pass measured: its ``check`` ratio
     (``time-ratio``, ``memory-ratio``) to that implementation at each length, each ratio over
     :data:`zoo.contract.BEST_KNOWN_SLACK` marked *behind* (*behind?* where its stated interval reaches down to
     the slack, or where ``confirmed(variant, mode, phase, n, label)`` says no second process or run measured it:
-    a rerun may find it within); and the variants that declare none."""
+    a rerun may find it within), and *earlier form* where ``earlier(variant, mode, label)`` says it was timed
+    before a change to that call; and the variants that declare none."""
     rows, undeclared = [], []
     for variant in board.variants:
         label = best_known(board.card(variant))
@@ -152,8 +153,9 @@ def best_known_rows(board, check: str, phases, lengths, confirmed=None) -> tuple
                          for n, x in ratios.items() if x is not None}
                 behind = [n for n, mark in marks.items() if mark]
                 unsure = {n for n in behind if marks[n] == "behind?"}
+                former = " earlier form" if earlier is not None and earlier(variant, mode, label) else ""
                 rows.append({"variant": variant, "best known": label, "mode": mode, "pass": phase,
-                             **{f"n={n}": "" if x is None else fmt_x(x) + (f" {marks[n]}" if marks[n] else "")
+                             **{f"n={n}": "" if x is None else fmt_x(x) + (f" {marks[n]}" if marks[n] else "") + former
                                 for n, x in ratios.items()},
                              "verdict": (f"behind at n={', '.join(f'{n}?' if n in unsure else str(n) for n in behind)}"
                                          if behind else f"within {BEST_KNOWN_SLACK:g}x")})
@@ -519,9 +521,9 @@ class Board:
         """How far the machine itself drifted over the run at one cell: the same comparator call (one of
         ``comparators``), timed beside each variant in its own job, landed from (smallest / median, largest /
         median) of that call's times over the run's jobs. Every absolute time on the board carries this drift; a
-        ratio measured in the same rounds as its comparator does not. Jobs of runs that timed in different forms
-        (:data:`zoo.checks.TIMING_FORM`) timed different calls, so each form's times are taken relative to their
-        own median. None where fewer than three jobs of one form timed a comparator there."""
+        ratio measured in the same rounds as its comparator does not. A comparator call a later timing form changed
+        (:data:`zoo.checks.TIMING_FORM_CHANGES`) is another call in runs before it, so each version of a call is
+        taken relative to its own median. None where fewer than three jobs timed one version there."""
         return self._drift_cells(suite, check, comparators).get(_cell_key(mode, phase, n, batch))
 
     def drifts(self, suite: str, check: str, comparators) -> list[float]:
@@ -534,11 +536,12 @@ class Board:
         if key not in derived:
             rows = self.rows(suite)
             rows = rows[(rows.check == check) & rows.versus.isin(list(comparators)) & (rows.value > 0)]
-            if "timing_form" not in rows:  # carried rows only
-                rows = rows.assign(timing_form=None)
+            forms = rows.timing_form if "timing_form" in rows else [None] * len(rows)  # a board not from a store
+            rows = rows.assign(call=[len(form_changes(form, versus, mode)) if isinstance(form, str) else -1
+                                     for form, versus, mode in zip(forms, rows.versus, rows["mode"])])
             relative: dict[tuple, list[float]] = {}
-            for (mode, phase, n, batch, *_), group in rows.groupby(["mode", "phase", "n", "batch", "versus",
-                                                                    "timing_form"], dropna=False):
+            for (mode, phase, n, batch, *_), group in rows.groupby(["mode", "phase", "n", "batch", "versus", "call"],
+                                                                   dropna=False):
                 if len(group) >= 3:
                     relative.setdefault(_cell_key(mode, phase, n, batch), []).extend(group.value / group.value.median())
             derived[key] = {cell: (float(min(values)), float(max(values))) for cell, values in relative.items()}

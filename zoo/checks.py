@@ -95,27 +95,31 @@ of its form, and ``zoo compare`` names a difference; :data:`TIMING_FORM_CHANGES`
 
 @dataclass(frozen=True)
 class TimingFormChange:
-    """What a form of :data:`TIMING_FORM` changed: how the comparator ``versus`` is called in ``mode``. A ratio to it
-    in that mode from a run of an earlier form was measured against the call as it was (``before``)."""
+    """What a form of :data:`TIMING_FORM` changed: how the comparator ``versus`` is called in ``mode`` (``now``;
+    ``before``, in runs of earlier forms); ``also``: what else times that call, so changed with it, in words."""
 
     versus: str
     mode: str
     now: str
     before: str
+    also: str = ""
 
 
-TIMING_FORM_CHANGES = {
-    "2": TimingFormChange(MHA, "causal", "nn.MultiheadAttention is told is_causal, so it runs torch's causal kernel",
-                          "it was handed the causal mask alone, so it ran masked SDPA over the whole square"),
+TIMING_FORM_CHANGES: dict[str, tuple[TimingFormChange, ...]] = {
+    "2": (TimingFormChange(MHA, "causal", "nn.MultiheadAttention is told is_causal, so it runs torch's causal kernel",
+                           "it was handed the causal mask alone, so it ran masked SDPA over the whole square",
+                           "baselines built by zoo.functional.torch_mha_baseline with need_weights=False"),),
 }
-"""Form -> the call it changed (every form after "1" has one)."""
+"""Form -> the calls it changed (every form after "1" changed at least one)."""
 
 
 def form_changes(form: str, versus: str, mode: str) -> list[TimingFormChange]:
     """The changes since ``form`` to the call of ``versus`` in ``mode``: a ratio to it timed in ``form`` is to
-    another call than this zoo's where there are any."""
-    return [change for later, change in TIMING_FORM_CHANGES.items()
-            if int(later) > int(form) and (change.versus, change.mode) == (versus, mode)]
+    another call than this zoo's where there are any (none for a form this zoo does not know, e.g. a fork's)."""
+    if not str(form).isdigit():
+        return []
+    return [change for later, changes in TIMING_FORM_CHANGES.items() if int(later) > int(form)
+            for change in changes if (change.versus, change.mode) == (versus, mode)]
 
 
 @dataclass(frozen=True)

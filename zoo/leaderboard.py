@@ -78,7 +78,9 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
     tidy = results.assign(plugin=results.variant.map(lambda v: board.cards[v].get("plugin")),
                           origin=results.variant.map(lambda v: origin_text(board.cards[v])),
                           params=results.params.map(lambda p: json.dumps(p, sort_keys=True) if p else None))
-    csv = tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256", "reruns",
+    if "timing_form" not in tidy:  # a board whose rows carry no run's form
+        tidy = tidy.assign(timing_form=None)
+    csv = tidy[["run_id", *RESULT_COLUMNS, "plugin", "origin", "source_sha256", "timing_form", "reruns",
                 "between_runs"]].sort_values(
         ["variant", "suite", "check", "versus", "mode", "phase", "n", "batch"], kind="stable").to_csv(index=False)
     tables, unranked = ranked_tables(board)

@@ -443,7 +443,7 @@ def _varies(board, variant, mode, phase, n, versus="") -> bool:
 
 def _earlier_form(board, variant, mode, versus) -> bool:
     """Whether the variant's ratios to ``versus`` in ``mode`` were timed before a change to how the harness calls
-    it (:data:`zoo.checks.TIMING_FORM_CHANGES`): against another call than the rest of a board of this zoo's."""
+    it (:data:`zoo.checks.TIMING_FORM_CHANGES`): against the call as it was, not the one this zoo times."""
     form = board.timing_form_of(SUITE, variant)
     return form is not None and bool(form_changes(form, versus, mode))
 
@@ -508,9 +508,11 @@ def details(board, variant) -> list:
     for r in mine.sort_values(["mode", "phase", "n"]).itertuples():
         ratio = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=versus)
         peer = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=label) if label else None
+        former = {who: " (earlier form)" if _earlier_form(board, variant, r.mode, who) else "" for who in (versus, label)}
         row = {"mode": r.mode, "phase": r.phase, "n": int(r.n), "time": fmt_ms(r.value),
-               f"x {COMPARATOR_LABELS.get(versus, versus)}": fmt_x(ratio) if ratio is not None else "not timed",
-               f"x best known ({label or 'none declared'})": fmt_x(peer) if peer is not None else "-"}
+               f"x {COMPARATOR_LABELS.get(versus, versus)}": fmt_x(ratio) + former[versus] if ratio is not None
+               else "not timed",
+               f"x best known ({label or 'none declared'})": fmt_x(peer) + former[label] if peer is not None else "-"}
         if target is not None:  # an approximation's speed is never shown without its cost in accuracy
             error = board.value(variant, "approximation-error", r.mode, "fwd", r.n)
             row[f"approximation error (of {target})"] = f"{error:.2f}" if error is not None else "not measured"
@@ -653,20 +655,24 @@ def _between_runs_text(board, comparators) -> str:
 
 
 def _forms_line(board) -> str:
-    """Which variants' ratios were timed before a change to their comparator's call (marked *earlier form*), and
-    what changed; '' where none were."""
+    """Which variants' ratios were timed before a change to their comparator's call (marked *earlier form*), what
+    changed, and which variants on the board were timed against the call as it is now; '' where none were."""
     said = []
-    for form, change in TIMING_FORM_CHANGES.items():
-        earlier = [v for v in board.variants if _versus(board, v) == change.versus
-                   and int(board.timing_form_of(SUITE, v) or form) < int(form)
-                   and any(board.value(v, "time-ratio", change.mode, phase, versus=change.versus) is not None
-                           for phase in PHASES)]
-        if earlier:
-            said.append(f"the {change.mode} ratios to {COMPARATOR_LABELS[change.versus]} of {', '.join(earlier)} "
-                        f"(since form {form}, {change.now}; before, {change.before})")
-    return ("Timed before a change to how the harness calls a comparator (zoo.checks.TIMING_FORM), so against "
-            f"another call than the board's other ratios to it, and marked *earlier form*: {'; '.join(said)}. A run "
-            "of them with this zoo on the board's settings replaces them.") if said else ""
+    for changes in TIMING_FORM_CHANGES.values():
+        for change in changes:
+            timed = [v for v in board.variants if _versus(board, v) == change.versus and any(
+                board.value(v, "time-ratio", change.mode, phase, versus=change.versus) is not None for phase in PHASES)]
+            earlier = [v for v in timed if _earlier_form(board, v, change.mode, change.versus)]
+            if not earlier:
+                continue
+            label, now = COMPARATOR_LABELS.get(change.versus, change.versus), sorted(set(timed) - set(earlier))
+            said.append(f"the {change.mode} ratios to {label} of {', '.join(earlier)} were timed when {change.before}; "
+                        f"now {change.now}"
+                        + (f" (as in the ratios of {', '.join(now)} here, not comparable with them)" if now else "")
+                        + (f"; {change.also} timed the same earlier call in those runs" if change.also else ""))
+    return ("Marked *earlier form*, timed before a change to how the harness calls a comparator "
+            f"(zoo.checks.TIMING_FORM): {'; '.join(said)}. They are ranked on those figures all the same; a run of "
+            "them with this zoo on the board's settings replaces them.") if said else ""
 
 
 def rank_intro(board) -> list[str]:
@@ -766,7 +772,9 @@ def section(board) -> zoo.Section:
                         extra.append({"variant": variant, "versus": who + (" (peer)" if who in peers else ""),
                                       "mode": mode, "pass": phase,
                                       **{f"n={n}": (fmt_x(v) + (" varies" if _varies(board, variant, mode, phase, n, who)
-                                                                 else "") + _first_call(board, variant, who, mode, n)
+                                                                 else "")
+                                                    + (" earlier form" if _earlier_form(board, variant, mode, who) else "")
+                                                    + _first_call(board, variant, who, mode, n)
                                                     if v is not None
                                                     else _baseline_gap(board, variant, who, mode, n, notes))
                                          for n, v in values.items()}})
@@ -803,11 +811,12 @@ def section(board) -> zoo.Section:
             "interquartile range, the same figure in earlier runs of the same source and timing form; for a time also "
             "the machine's drift over the run, see Reproducibility above) reaches farther from it than half the run's "
             "threshold (a rerun may land elsewhere)"
-            + ("; *earlier form*, a ratio timed before a change to its comparator's call (the board's header says "
-               "which)" if _forms_line(board) else "") + ". An approximation's forward cells also give its normalised error "
+            + ("; *earlier form*, a ratio timed before a change to how the harness calls what it is compared with "
+               "(the board's header says which)" if _forms_line(board) else "") + ". An approximation's forward cells also give its normalised error "
             "at that length (0 exact, 1 = each query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
-    behind, undeclared = best_known_rows(board, "time-ratio", PHASES, lengths, functools.partial(_confirmed, board))
+    behind, undeclared = best_known_rows(board, "time-ratio", PHASES, lengths, functools.partial(_confirmed, board),
+                                         functools.partial(_earlier_form, board))
     tables = [zoo.Table("", [], rows, footnotes=notes.reasons),  # its own and the baselines' empty cells
               zoo.Table("Against the best known implementation of the same math", [], behind, note=[
                   "Time of the variant / time of the fastest implementation of its own math its plugin knows "
