@@ -218,8 +218,8 @@ IDENTITY = ["variant", "suite", "check", "mode", "phase", "n", "versus", "batch"
 def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows and jobs the board for ``run_id`` accumulates (see the module), never from the runs in
     ``exclude`` (held back as too noisy); each row carries its ``run_id``, each result row its job's
-    ``source_sha256`` and its run's ``timing_form``, and a figure with an interval the earlier runs of its source and timing form it spans
-    (``reruns``, their count) and the spread of all those runs' figures (``between_runs``: (largest - smallest) / its
+    ``source_sha256`` and its run's ``timing_form``, and a figure with an interval the earlier runs of its source
+    and timing form it spans (``reruns``, their count) and the spread of all those runs' figures (``between_runs``: (largest - smallest) / its
     value)."""
     runs = store.runs()
     started = dict(zip(runs.run_id, runs.started))

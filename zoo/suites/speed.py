@@ -25,7 +25,8 @@ from zoo.board import (RERUNS, Footnotes, approximates, behind_mark, best_known,
 from zoo.cases import relative_error
 from zoo.environment import counted_once, run_shared
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
-from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception, form_changes, TIMING_FORM_CHANGES
+from zoo.checks import (ERROR, MEASURED, SKIPPED, TIMING_FORM_CHANGES, Check, Result, describe_exception,
+                        form_changes)
 from zoo.measure import count_flops
 from zoo.plan import plan_lengths, plan_rows, shared
 from zoo.scaling import fit_exponent, timed
@@ -508,7 +509,8 @@ def details(board, variant) -> list:
     for r in mine.sort_values(["mode", "phase", "n"]).itertuples():
         ratio = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=versus)
         peer = board.value(variant, "time-ratio", r.mode, r.phase, r.n, versus=label) if label else None
-        former = {who: " (earlier form)" if _earlier_form(board, variant, r.mode, who) else "" for who in (versus, label)}
+        former = {who: " (earlier form)" if _earlier_form(board, variant, r.mode, who) else ""
+                  for who in (versus, label)}
         row = {"mode": r.mode, "phase": r.phase, "n": int(r.n), "time": fmt_ms(r.value),
                f"x {COMPARATOR_LABELS.get(versus, versus)}": fmt_x(ratio) + former[versus] if ratio is not None
                else "not timed",
@@ -773,7 +775,8 @@ def section(board) -> zoo.Section:
                                       "mode": mode, "pass": phase,
                                       **{f"n={n}": (fmt_x(v) + (" varies" if _varies(board, variant, mode, phase, n, who)
                                                                  else "")
-                                                    + (" earlier form" if _earlier_form(board, variant, mode, who) else "")
+                                                    + (" earlier form" if _earlier_form(board, variant, mode, who)
+                                                       else "")
                                                     + _first_call(board, variant, who, mode, n)
                                                     if v is not None
                                                     else _baseline_gap(board, variant, who, mode, n, notes))
@@ -812,8 +815,9 @@ def section(board) -> zoo.Section:
             "the machine's drift over the run, see Reproducibility above) reaches farther from it than half the run's "
             "threshold (a rerun may land elsewhere)"
             + ("; *earlier form*, a ratio timed before a change to how the harness calls what it is compared with "
-               "(the board's header says which)" if _forms_line(board) else "") + ". An approximation's forward cells also give its normalised error "
-            "at that length (0 exact, 1 = each query's mean of the values). "
+               "(the board's header says which)" if _forms_line(board) else "")
+            + ". An approximation's forward cells also give its normalised error at that length (0 exact, 1 = each "
+            "query's mean of the values). "
             f"{dtype.capitalize()} matmul peak of this machine in this run: {peak_text}.")
     behind, undeclared = best_known_rows(board, "time-ratio", PHASES, lengths, functools.partial(_confirmed, board),
                                          functools.partial(_earlier_form, board))
