@@ -130,7 +130,8 @@ def behind_mark(ratio: float, low: float | None, confirmed: bool = True) -> str:
     return "behind" if (low is None or low > BEST_KNOWN_SLACK) and confirmed else "behind?"
 
 
-def best_known_rows(board, check: str, phases, lengths, confirmed=None, earlier=None) -> tuple[list[dict], list[str]]:
+def best_known_rows(board, check: str, phases, lengths, confirmed=None, earlier=None
+                    ) -> tuple[list[dict], list[str]]:
     """Per variant with a declared best known implementation, per mode and pass measured: its ``check`` ratio
     (``time-ratio``, ``memory-ratio``) to that implementation at each length, each ratio over
     :data:`zoo.contract.BEST_KNOWN_SLACK` marked *behind* (*behind?* where its stated interval reaches down to
@@ -155,8 +156,8 @@ def best_known_rows(board, check: str, phases, lengths, confirmed=None, earlier=
                 unsure = {n for n in behind if marks[n] == "behind?"}
                 former = " earlier form" if earlier is not None and earlier(variant, mode, label) else ""
                 rows.append({"variant": variant, "best known": label, "mode": mode, "pass": phase,
-                             **{f"n={n}": "" if x is None else fmt_x(x) + (f" {marks[n]}" if marks[n] else "") + former
-                                for n, x in ratios.items()},
+                             **{f"n={n}": "" if x is None else fmt_x(x) + (f" {marks[n]}" if marks[n] else "")
+                                + former for n, x in ratios.items()},
                              "verdict": (f"behind at n={', '.join(f'{n}?' if n in unsure else str(n) for n in behind)}"
                                          if behind else f"within {BEST_KNOWN_SLACK:g}x")})
     return rows, undeclared
@@ -219,8 +220,8 @@ def board_rows(store: Store, run_id: str, exclude: frozenset[str] = frozenset())
     """The rows and jobs the board for ``run_id`` accumulates (see the module), never from the runs in
     ``exclude`` (held back as too noisy); each row carries its ``run_id``, each result row its job's
     ``source_sha256`` and its run's ``timing_form``, and a figure with an interval the earlier runs of its source
-    and timing form it spans (``reruns``, their count) and the spread of all those runs' figures (``between_runs``: (largest - smallest) / its
-    value)."""
+    and timing form it spans (``reruns``, their count) and the spread of all those runs' figures (``between_runs``:
+    (largest - smallest) / its value)."""
     runs = store.runs()
     started = dict(zip(runs.run_id, runs.started))
     earlier = [r for r in reversed(list(runs.run_id))
