@@ -357,6 +357,41 @@ def test_prune_unshown_keeps_an_unfinished_run_and_a_run_pruned_by_name_has_its_
     assert not (tmp_path / "typo").exists()
 
 
+def test_prune_unshown_judges_by_the_suites_of_the_registry_it_loads_plugins_included(tmp_path, capsys):
+    """Which run a board shows can hang on a plugin's suite: one whose cells spread far more than the board's is
+    held back, and the board stays on the run before it. --unshown judges with the suites --plugins-dir loads, so
+    it keeps that earlier run; judged by the built-in suites alone, the noisy run would be the board's and the
+    earlier one would go."""
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "jitter.py").write_text(
+        "import zoo\n\n\ndef noise(rows):\n    rows = rows[rows.check == 'spread']\n"
+        "    return rows.set_index(['variant', 'mode', 'phase', 'n']).value\n\n\n"
+        "@zoo.hookimpl\ndef zoo_register_suites(register):\n"
+        "    register(zoo.Suite('jitter', 'a timed suite of a plugin', noise=noise))\n")
+    folder = tmp_path / "board"
+    folder.mkdir()
+    store = Store(folder / "results.sqlite")
+    runs = []
+    for started, spread in (("2026-01-01 00:00:00", 0.01), ("2026-01-02 00:00:00", 0.5)):
+        run = store.start_run({"name": "quick", "reference_length": 64}, {"device": "cpu", "cpu": "test"}, started)
+        store.record_job(run, "dot-product", "correctness", "done", 0.1, {"plugin": "test"},
+                         [{"check": "reference-float64", "status": "passed", "setting": "s", "value": 1e-16}])
+        store.record_job(run, "dot-product", "jitter", "done", 0.1, {"plugin": "test"},
+                         [{"check": "spread", "status": "measured", "value": spread, "n": 64, "mode": "full",
+                           "phase": "fwd"}])
+        store.finish_run(run, started)
+        runs.append(run)
+    quiet, noisy = runs
+    render(store, quiet, folder, keep_runs=True)
+    status, lines = zoo_here(capsys, "prune", "--unshown", "--dry-run", "--out", folder, "--plugins-dir", plugins)
+    assert status == 0 and lines[-1] == "zoo: would remove 0 run(s) from results.sqlite and runs.jsonl", lines
+    status, lines = zoo_here(capsys, "prune", "--unshown", "--dry-run", "--out", folder)  # no suite holds it back
+    assert status == 0 and lines[-2:] == [
+        f"zoo: would remove run {quiet} (started 2026-01-01 00:00:00, 2 jobs, 2 rows)",
+        "zoo: would remove 1 run(s) from results.sqlite and runs.jsonl"], lines
+
+
 def test_prune_never_removes_a_run_that_lands_while_it_decides(tmp_path):
     folder = tmp_path / "board"
     store, [first] = published(folder)
@@ -1354,3 +1389,22 @@ def test_a_reader_takes_the_export_and_the_database_under_the_lock_a_publication
     from zoo.leaderboard import _sub_board_plots
 
     assert len(_sub_board_plots(tmp_path)) == len(plots) and held == [True] * len(plots)
+
+
+def test_a_board_with_two_carried_suites_shows_the_rows_each_carries(tmp_path):
+    """A plugin may register a carried suite beside the quality suite; the board reads each suite's carried rows
+    whether or not the other had stale ones to drop (an empty frame of dropped jobs once broke the next suite)."""
+    from zoo.board import Board
+    from zoo.leaderboard import registered_suites
+
+    store = Store(tmp_path / "results.sqlite")
+    trained = store.start_run({"name": "full", "reference_length": 64}, {"device": "cpu", "cpu": "test"},
+                              "2026-01-01 00:00:00")
+    store.record_job(trained, "dot-product", "trained", "done", 0.1, {"plugin": "test"},
+                     [{"check": "accuracy", "status": "measured", "value": 0.9}])
+    store.finish_run(trained, "2026-01-01 00:00:00")
+    latest = fabricate(store, "2026-01-02 00:00:00")
+    suites = {**registered_suites(), "trained": zoo.Suite("trained", "kept from the run that trained them",
+                                                          profiles=("full",), carried=True)}
+    board = Board.of(store, latest, suites)
+    assert list(board.carried["trained"].run_id) == [trained] and "quality" not in board.carried

@@ -393,8 +393,9 @@ class Board:
                     elsewhere.update({run: env for run, env in environments.items() if machine_kind(env) != here})
                     stale_jobs = [part[(part.suite != name) | ~part.variant.isin(set(rows.variant))]
                                   for part in stale_jobs]  # shown on their current source after all
-                named = {v for part in stale_jobs for v in part.variant[part.suite == name]}
-                stale_jobs.append(dropped[~dropped.variant.isin(named)] if not dropped.empty else dropped)
+                if not dropped.empty:  # an empty frame has no columns: a second carried suite could not read it
+                    named = {v for part in stale_jobs for v in part.variant[part.suite == name]}
+                    stale_jobs.append(dropped[~dropped.variant.isin(named)])
         stale_jobs = [part for part in stale_jobs if not part.empty]
         return cls(run_id, store.settings(run_id), store.environment(run_id), results, jobs, cards, suites, carried,
                    pd.concat(stale_jobs, ignore_index=True) if stale_jobs else pd.DataFrame(), folder, elsewhere)

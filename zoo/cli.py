@@ -355,7 +355,7 @@ def cmd_prune(args) -> int:
             from .leaderboard import shown_runs
 
             runs = store.runs()
-            unshown = set(runs.run_id) - shown_runs(store)
+            unshown = set(runs.run_id) - shown_runs(store, suites)
             # the latest unfinished run this machine started is in progress or what --resume continues: named only
             kept.extend(run for run in started_here(store, runs.run_id[runs.finished.isna()])[-1:] if run in unshown)
             return unshown - set(kept)
