@@ -103,3 +103,52 @@ def test_a_baseline_that_runs_out_of_memory_while_counted_is_left_out_from_there
     with pytest.raises(RuntimeError, match="shape mismatch"):
         plan_lengths(_loads({"v": lambda n: n, SDPA: lambda n: n, "wrong": broken}), [256, 512], _variant(), {SDPA},
                      max_gflop=1e9, max_gib=1.0)
+
+
+def test_a_loop_over_tokens_is_left_out_where_its_dispatched_ops_pass_the_cap_and_is_not_counted_there():
+    """A token-by-token recurrence does few FLOPs and holds little memory, yet every op it dispatches costs the
+    framework's overhead: the plan counts ops too. Where the smallest length already predicts the second over the
+    cap, the callable is not counted there (at the long board's lengths that count was the plan's longest call)."""
+    counted_at = []
+
+    def looping(n):
+        state = torch.zeros(1)
+
+        def step():
+            counted_at.append(n)
+            x = state
+            for _ in range(n // 8):  # one op per 8 tokens
+                x = x + 1
+
+        return Workload(forward=step, train_step=step)
+
+    def loads_at(n, only=None):
+        return {**_loads({"v": lambda n: n, SDPA: lambda n: n})(n, only), "recurrent": looping(n)}
+
+    lengths = [256, 512, 1024, 2048]
+    plan = plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0, max_ops=100)
+    assert plan.lengths["v"] == plan.lengths[SDPA] == lengths
+    assert plan.lengths["recurrent"] == [256, 512] and counted_at == [256, 512]  # 32 and 64 ops; 128 predicted
+    assert plan.left_out["recurrent"][1024] == ("predicted 128 ops dispatched per call (a loop in Python), over the "
+                                                "profile's cap of 100")
+    counted_at.clear()
+    plan = plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0, max_ops=50)
+    assert plan.lengths["recurrent"] == [256] and counted_at == [256]  # 64 predicted at 512: not counted there
+    assert set(plan.left_out["recurrent"]) == {512, 1024, 2048}
+    assert plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0).lengths["recurrent"] == \
+        lengths  # no cap on ops: as before
+
+
+def test_a_run_stored_before_the_ops_cap_shares_a_board_with_a_run_of_the_same_settings_today():
+    from zoo.board import _comparable_settings
+    from zoo.profiles import get_profile
+    from zoo.suites.speed import MAX_CALL_OPS
+
+    for name in ("quick", "full"):
+        today = get_profile(name).as_dict()
+        assert today["suites"]["speed"]["max_call_ops"] == MAX_CALL_OPS
+        before = {**today, "suites": {**today["suites"], "speed": {
+            k: v for k, v in today["suites"]["speed"].items() if k != "max_call_ops"}}}
+        assert _comparable_settings(before) == _comparable_settings(today)
+        changed = {**today, "suites": {**today["suites"], "speed": {**today["suites"]["speed"], "max_call_ops": 1.0}}}
+        assert _comparable_settings(changed) != _comparable_settings(today)

@@ -55,6 +55,9 @@ class Counters(TorchDispatchMode):
     activations and temporaries (and, with backward, the gradients it produces). A view (or in-place result)
     shares its input's storage: it allocates nothing, and counting it would charge a call for a slice of a
     parameter or an input it was given.
+
+    Ops: how many ops reached it (``dispatched``), each costing the framework's per-op overhead whatever its size:
+    what a Python loop over tokens pays per token, which counted FLOPs do not see.
     """
 
     supports_higher_order_operators = True  # as FlopCounterMode: such an op is left to its own implementation
@@ -64,6 +67,7 @@ class Counters(TorchDispatchMode):
         super().__init__()
         self.counting_flops, self.tracking_memory = flops, memory
         self.flops_by_op: dict = {}
+        self.dispatched = 0
         self.live: dict[int, int] = {}
         self.current = 0
         self.peak = 0
@@ -96,6 +100,7 @@ class Counters(TorchDispatchMode):
             return NotImplemented  # as FlopCounterMode: such ops reach a mode only for tensor subclasses
         if isinstance(func, torch._ops.HigherOrderOperator):
             return NotImplemented
+        self.dispatched += 1
         packet = func._overloadpacket
         if self.counting_flops and packet not in flop_registry and func is not torch.ops.prim.device.default:
             decomposes = self._DECOMPOSES.get(func)
@@ -170,9 +175,15 @@ def peak_memory(fn: Callable[[], object]) -> int:
 def flops_and_peak_memory(fn: Callable[[], object]) -> tuple[int, int]:
     """:func:`count_flops` and :func:`peak_memory` of one call of ``fn`` in one pass: a counted call runs every op
     through Python, so counting twice costs a second such call."""
+    flops, peak, _ = call_counts(fn)
+    return flops, peak
+
+
+def call_counts(fn: Callable[[], object]) -> tuple[int, int, int]:
+    """FLOPs, peak live tensor bytes and ops dispatched of one call of ``fn``, in one pass."""
     with Counters() as counter:
         fn()
-    return counter.flops, counter.peak
+    return counter.flops, counter.peak, counter.dispatched
 
 
 class BytesRead(TorchDispatchMode):

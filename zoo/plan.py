@@ -1,13 +1,15 @@
 """The measurement plan: which callables are measured at which lengths, decided before any timing.
 
 The rule is the same for every variant and every callable it is compared with, and it reads no
-clock, so the machine's load cannot change which figures exist. Each callable's FLOPs and peak live
-tensor memory for one forward+backward call are counted (deterministic counters) at the two smallest
-lengths, and a log-log line through them (for the variant, at least as steep as its claimed exponents)
-predicts both at every length. Then:
+clock, so the machine's load cannot change which figures exist. Each callable's FLOPs, peak live
+tensor memory and dispatched ops for one forward+backward call are counted (deterministic counters) at
+the two smallest lengths; a log-log line through them (for the variant, at least as steep as its claimed
+exponents) predicts FLOPs and memory at every length, and ops grow in proportion to the length. Ops are
+what a loop in Python over tokens costs: a token-by-token recurrence does few FLOPs, yet at n = 16384 one
+forward+backward of one took minutes. Then:
 
 - the variant is measured at every length where its prediction is within the profile's caps
-  (``max_call_gflop``, ``max_call_gib``);
+  (``max_call_gflop``, ``max_call_gib``, ``max_call_ops``);
 - the callable it is ranked against (torch SDPA, or nn.MultiheadAttention for a layer) is measured at
   every length the variant is, whatever its cost: a figure is never shown without its comparison;
 - each of the variant's own baselines and floors is measured where the variant is and its own
@@ -25,7 +27,7 @@ from typing import Callable, Iterable, Mapping
 from .checks import SKIPPED, Result
 from .contract import Variant
 from .environment import run_shared
-from .measure import flops_and_peak_memory
+from .measure import call_counts
 from .workload import Workload
 
 
@@ -36,6 +38,7 @@ class Cost:
 
     flops: float
     bytes: float
+    ops: float = 0.0
     uncounted: str | None = None
 
 
@@ -53,8 +56,8 @@ class Plan:
 
 def _counted(load: Workload) -> Cost:
     call = load.train_step or load.forward  # a floor has no backward pass
-    flops, peak = flops_and_peak_memory(call)
-    return Cost(flops=float(flops), bytes=float(peak))
+    flops, peak, ops = call_counts(call)
+    return Cost(flops=float(flops), bytes=float(peak), ops=float(ops))
 
 
 def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:
@@ -68,6 +71,18 @@ def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> 
         return v1
     slope = min(max(loglog_slope(points[0], points[-1]), floor, 0.0), 4.0)
     return v1 * (n / n1) ** slope
+
+
+def in_proportion(n: int, points: list[tuple[int, float]]) -> float:
+    """The count at ``n`` (exact at a counted length), else in proportion to the length from the longest counted:
+    how dispatched ops grow, a loop over tokens or chunks dispatching a fixed number per step. What a call does
+    once (a pattern built in Python and cached) is counted at the smallest lengths, where it can be most of a
+    call's few ops: a log-log line through it would predict a fused call growing as fast as a loop."""
+    for counted_n, value in points:
+        if counted_n == n:
+            return value
+    longest, value = points[-1]
+    return value * n / longest
 
 
 def loglog_slope(first: tuple[int, float], last: tuple[int, float]) -> float:
@@ -84,17 +99,21 @@ def out_of_memory(exc: BaseException) -> bool:
 
 
 def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int],
-                  claims: Mapping[str, tuple[float, float]] = {}) -> dict[str, dict[int, Cost]]:
+                  claims: Mapping[str, tuple[float, float]] = {}, max_ops: float | None = None,
+                  ) -> dict[str, dict[int, Cost]]:
     """Every callable's counted cost at the (up to) two smallest lengths, extrapolated to all of them;
     ``claims`` gives a callable's claimed (time, memory) exponents, used as the least slopes. A callable whose
-    counting call runs out of memory is uncounted from that length on (the others are counted as usual)."""
+    counting call runs out of memory is uncounted from that length on (the others are counted as usual). One
+    whose ops at the smallest length already predict more than ``max_ops`` at the second is not counted there:
+    it is left out there anyway, and that count was the longest call of a plan (a token-by-token recurrence)."""
     lengths = sorted(lengths)
     counted: dict[str, list[tuple[int, Cost]]] = {}
     failed: dict[str, tuple[int, str]] = {}
     for n in lengths[:2]:
         for who, load in loads_at(n).items():
             counted.setdefault(who, [])
-            if who in failed:
+            if who in failed or (max_ops is not None and counted[who]
+                                 and in_proportion(n, [(m, c.ops) for m, c in counted[who]]) > max_ops):
                 continue
             try:
                 counted[who].append((n, _counted(load)))
@@ -106,39 +125,44 @@ def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: It
 
     def cost(who, points, n):
         if who in failed and n >= failed[who][0]:
-            return Cost(math.inf, math.inf, failed[who][1])
+            return Cost(math.inf, math.inf, math.inf, failed[who][1])
         least = claims.get(who, (0, 0))
         return Cost(extrapolate(n, [(m, c.flops) for m, c in points], least[0]),
-                    extrapolate(n, [(m, c.bytes) for m, c in points], least[1]))
+                    extrapolate(n, [(m, c.bytes) for m, c in points], least[1]),
+                    in_proportion(n, [(m, c.ops) for m, c in points]))
 
     return {who: {n: cost(who, points, n) for n in lengths} for who, points in counted.items()}
 
 
-def over_caps(cost: Cost, max_gflop: float, max_gib: float) -> str | None:
-    """Why a call of this predicted cost is not planned, or None if it fits."""
+def over_caps(cost: Cost, max_gflop: float, max_gib: float, max_ops: float | None = None) -> str | None:
+    """Why a call of this predicted cost is not planned, or None if it fits (``max_ops`` None: no cap on ops)."""
     if cost.uncounted:
         return cost.uncounted
     if cost.flops > max_gflop * 1e9:
         return f"predicted {cost.flops / 1e9:.3g} GFLOP per call, over the profile's cap of {max_gflop:g}"
     if cost.bytes > max_gib * 2 ** 30:
         return f"predicted {cost.bytes / 2 ** 30:.3g} GiB per call, over the profile's cap of {max_gib:g} GiB"
+    if max_ops is not None and cost.ops > max_ops:
+        return (f"predicted {cost.ops:.3g} ops dispatched per call (a loop in Python), over the profile's cap of "
+                f"{max_ops:g}")
     return None
 
 
 def plan_lengths(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int], variant: Variant,
-                 comparators: set[str], max_gflop: float, max_gib: float) -> Plan:
+                 comparators: set[str], max_gflop: float, max_gib: float, max_ops: float | None = None) -> Plan:
     """The plan for one variant and its comparators and baselines (see the module's docstring)."""
     lengths = sorted(set(lengths))
-    costs = predict_costs(loads_at, lengths, {variant.name: (variant.complexity.time, variant.complexity.memory)})
+    costs = predict_costs(loads_at, lengths, {variant.name: (variant.complexity.time, variant.complexity.memory)},
+                          max_ops)
     plan = Plan()
     for who in costs:
         plan.lengths[who], plan.left_out[who] = [], {}
     for n in lengths:
-        reason = over_caps(costs[variant.name][n], max_gflop, max_gib)
+        reason = over_caps(costs[variant.name][n], max_gflop, max_gib, max_ops)
         for who in costs:
             why = reason and f"variant not measured here: {reason}"
             if why is None and who != variant.name and who not in comparators:
-                why = over_caps(costs[who][n], max_gflop, max_gib)
+                why = over_caps(costs[who][n], max_gflop, max_gib, max_ops)
             if why is None:
                 plan.lengths[who].append(n)
             else:
