@@ -382,7 +382,7 @@ def test_prune_unshown_judges_by_the_suites_of_the_registry_it_loads_plugins_inc
                            "phase": "fwd"}])
         store.finish_run(run, started)
         runs.append(run)
-    quiet, noisy = runs
+    quiet = runs[0]
     render(store, quiet, folder, keep_runs=True)
     status, lines = zoo_here(capsys, "prune", "--unshown", "--dry-run", "--out", folder, "--plugins-dir", plugins)
     assert status == 0 and lines[-1] == "zoo: would remove 0 run(s) from results.sqlite and runs.jsonl", lines
