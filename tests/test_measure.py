@@ -125,3 +125,37 @@ def test_a_gather_reads_the_elements_it_selects_and_a_plain_op_its_whole_inputs(
     every_row_twice = torch.arange(1000).repeat(2)
     assert bytes_read(lambda: cache[every_row_twice]) == cache.numel() * 4 + every_row_twice.numel() * 8
     assert bytes_read(lambda: (cache[rows], cache.sum())) == cache.numel() * 4 + index_bytes  # never past the whole
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_counts_on_fake_tensors_are_a_real_calls_or_none(registry, name):
+    """Every callable the complexity suite counts for a built-in, in both phases and every mode it computes, after
+    a warm call as the suite makes one: counted on fake tensors, the FLOPs and peak memory of a fresh real call, or
+    None (a call that needs a value), never other figures."""
+    from zoo.measure import counts_on_fake_tensors, flops_and_peak_memory
+    from zoo.workload import modes_for, self_attention_workloads
+
+    variant = registry.variant(name)
+    for mode in modes_for(variant, ("full", "causal")):
+        def loads():
+            return self_attention_workloads(variant, batch=1, d_model=64, heads=1, n=96, causal=mode == "causal",
+                                            seed=0, baselines=mode == "full")
+
+        real, fake = loads(), loads()
+        for who in real:
+            real[who].forward()
+            fake[who].forward()
+            for phase in ("forward", "train_step"):
+                counted = counts_on_fake_tensors(getattr(fake[who], phase))
+                assert counted in (None, flops_and_peak_memory(getattr(real[who], phase))), (who, mode, phase)
+
+
+def test_a_call_that_needs_a_value_is_not_counted_on_fake_tensors_and_a_dense_one_is():
+    from zoo.measure import counts_on_fake_tensors, flops_and_peak_memory
+
+    x = torch.randn(64, 32, requires_grad=True)
+    assert counts_on_fake_tensors(lambda: x[x.sum(1) > 0] @ x.T) is None  # a shape that depends on the data
+    assert counts_on_fake_tensors(lambda: float(x.sum()) * x) is None  # a value
+    step = lambda: (torch.softmax(x @ x.T, -1) @ x).sum().backward()  # noqa: E731
+    counted = counts_on_fake_tensors(step)
+    assert counted == flops_and_peak_memory(step) and counted[0] == 6 * (2 * 64 * 64 * 32)  # two matmuls, four in backward

@@ -230,6 +230,56 @@ def test_plan_puts_every_first_process_before_any_repeat_and_repeats_only_suites
     assert jobs == [Job("a", "correctness"), Job("a", "speed"), Job("b", "correctness"), Job("b", "speed"),
                     Job("a", "speed", 1), Job("b", "speed", 1), Job("a", "speed", 2), Job("b", "speed", 2)]
     assert plan_jobs(["a"], ["speed"]) == [Job("a", "speed")]
+    assert plan_jobs(["a"], ["correctness", "speed"], {"speed": 2}, ["correctness"]) == [
+        Job("a", "correctness", 0, True), Job("a", "speed"), Job("a", "speed", 1)]
+
+
+BESIDE_CHECKS = '''
+import time
+from pathlib import Path
+
+import torch
+import zoo
+
+MEETING = Path({meeting!r})
+
+
+def meet(variant, profile):
+    """Leaves a mark, then waits for the other variant's: only a run that runs both jobs at once sees two."""
+    (MEETING / variant.name).touch()
+    deadline = time.monotonic() + 120
+    while len(list(MEETING.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield zoo.Result("met", "measured", value=float(len(list(MEETING.iterdir()))),
+                     detail=f"{{torch.get_num_threads()}} thread(s)")
+
+
+@zoo.hookimpl
+def zoo_register_suites(register):
+    register(zoo.Suite("beside", "waits for the other variant's job", side_by_side=True))
+
+
+@zoo.hookimpl
+def zoo_register_checks(register):
+    register(zoo.Check("meet", "beside", "meets the other variant's job", meet))
+'''
+
+
+def test_side_by_side_jobs_run_two_at_a_time_on_half_the_threads(tmp_path):
+    """A suite that declares side_by_side has its jobs run in two workers at once (each job here waits for the
+    other, so one at a time would see one mark each), each worker with half the run's threads."""
+    plugins, meeting = tmp_path / "plugins", tmp_path / "meeting"
+    plugins.mkdir()
+    meeting.mkdir()
+    (plugins / "beside_checks.py").write_text(BESIDE_CHECKS.format(meeting=str(meeting)))
+    out = run_zoo("run", "dot-product", "linear", "--suite", "beside", "--threads", 2, "--profile", "smoke",
+                  "--plugins-dir", plugins, "--out", tmp_path / "out", timeout=300)
+    assert out.returncode == 0, out.stderr
+    store = Store(tmp_path / "out" / "results.sqlite")
+    rows = store.results(store.latest_run())
+    met = rows[rows.check == "met"]
+    assert list(met.value) == [2.0, 2.0], met
+    assert set(met.detail) == {"1 thread(s)"}
 
 
 PROCESS_CHECKS = '''

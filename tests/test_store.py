@@ -34,7 +34,9 @@ def test_killed_run_keeps_finished_jobs_and_resume_completes_it(tmp_path, write_
     store = Store(out / "results.sqlite")
     run = store.latest_run(unfinished=True)
     before = store.jobs(run).set_index(["variant", "suite"]).seconds
-    assert len(before) == 2  # the two variants before the killer finished and were kept
+    # the variant before the killer in its worker's lane finished and was kept (the other lane's may have been
+    # stopped by the kill: correctness jobs run two at a time)
+    assert ("dot-product", "correctness") in before.index and len(before) <= 2
 
     resumed = _run(out, "--resume", plugins=plugins)
     assert resumed.returncode == 0, resumed.stderr

@@ -178,7 +178,8 @@ def _jobs_to_do(store, run_id: str, names: list[str], suites: list[str], retry_e
     from .runner import plan_jobs, processes_per_suite
 
     finished = store.finished_jobs(run_id, without_errors=retry_errors)
-    return [job for job in plan_jobs(names, suites, processes_per_suite(registry, suites, processes))
+    beside = [suite for suite in suites if registry.suite(suite).side_by_side]
+    return [job for job in plan_jobs(names, suites, processes_per_suite(registry, suites, processes), beside)
             if (job.variant, job.suite) not in finished]
 
 

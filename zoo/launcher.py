@@ -73,13 +73,19 @@ class Launcher:
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self._env, self._log_path, self._process = env, log_path, None
 
-    def start(self, args: list[str], log_path: Path, memory_limit: int | None) -> Worker:
-        """A fresh worker running ``python -m zoo.worker ARGS``, its output to ``log_path``, under the memory cap."""
+    def ready(self) -> "Launcher":
+        """The launcher interpreter started, if it is not running: it dies with the thread that starts it (the
+        parent-death signal is the starting thread's), so a runner that hands it to another thread starts it first."""
         if self._process is None or self._process.poll() is not None:
             with open(self._log_path, "a") as log:  # unbuffered pipes: a reply is never read ahead of select
                 self._process = subprocess.Popen([sys.executable, "-m", "zoo.launcher"], bufsize=0,
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                                  env=self._env, start_new_session=True, preexec_fn=die_with_parent)
+        return self
+
+    def start(self, args: list[str], log_path: Path, memory_limit: int | None) -> Worker:
+        """A fresh worker running ``python -m zoo.worker ARGS``, its output to ``log_path``, under the memory cap."""
+        self.ready()
         request = {"args": list(map(str, args)), "log": str(log_path), "memory_limit": memory_limit}
         try:
             self._process.stdin.write((json.dumps(request) + "\n").encode())

@@ -16,12 +16,13 @@ import contextlib
 import datetime
 import json
 import os
+import queue
 import shutil
 import signal
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
@@ -68,6 +69,7 @@ class Job:
     variant: str
     suite: str
     process: int = 0
+    side_by_side: bool = False  # its suite's rows do not hang on what else runs (zoo.Suite.side_by_side)
 
 
 @dataclass
@@ -121,20 +123,23 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Runs workers one at a time (timings stay clean), in the order the jobs come: each variant's first-process
-    jobs in a worker of its own; each further process's repeats of every variant in one fresh worker (a pass),
-    which after a crash or a hang goes on in a new worker without the job that stopped it. A job whose first
-    process crashed or hung is not repeated."""
+    """Runs the side-by-side jobs first, in :data:`LANES` workers at once with the run's threads shared between
+    them; then the rest one worker at a time (timings stay clean), in the order the jobs come: each variant's
+    first-process jobs in a worker of its own; each further process's repeats of every variant in one fresh worker
+    (a pass). A worker that crashed or hung is followed by a new one without the job that stopped it. A job whose
+    first process crashed or hung is not repeated."""
 
     def __init__(self, options: RunOptions) -> None:
         self.options = options
 
     def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
-        """Each variant's first process, then each further process's pass, in a worker of its own."""
+        """The side-by-side jobs, then each variant's first process, then each further process's pass."""
         remove_stale_scratch()
+        beside = [job for job in jobs if job.side_by_side and job.process == 0]
         by_worker: dict[tuple[str, int], list[Job]] = {}
         for job in jobs:
-            by_worker.setdefault((job.variant if job.process == 0 else "", job.process), []).append(job)
+            if not (job.side_by_side and job.process == 0):
+                by_worker.setdefault((job.variant if job.process == 0 else "", job.process), []).append(job)
         failed: set[tuple[str, str]] = set()  # a first process that crashed or hung: its repeats would too
 
         def noting(record: dict) -> None:
@@ -144,6 +149,8 @@ class LocalExecutor:
 
         with CtrlC() as ctrl_c, tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-run-") as shared, \
                 Launcher(worker_env(shared), Path(shared) / "launcher.txt") as launcher:
+            if beside:
+                self._side_by_side(beside, on_check, noting, ctrl_c, shared, launcher)
             for (variant, _), worker_jobs in by_worker.items():
                 for job in [job for job in worker_jobs if (job.variant, job.suite) in failed]:
                     on_job({"variant": job.variant, "suite": job.suite, "process": job.process, "status": "done",
@@ -153,6 +160,80 @@ class LocalExecutor:
                     worker_jobs = run_in_worker(worker_jobs, self.options, on_check, noting, ctrl_c, shared_dir=shared,
                                                 launcher=launcher)
             ctrl_c.check()
+
+    def _side_by_side(self, jobs: list[Job], on_check, on_job, ctrl_c: "CtrlC", shared: str, launcher: Launcher):
+        """``jobs`` in lanes, each with a launcher of its own and its share of the run's threads, running each of its
+        variants' jobs in a worker of its own; every record is handed on from this thread, so the store is written
+        from one, and a lane starts its next worker once the last one's jobs are stored."""
+        variants = list(dict.fromkeys(job.variant for job in jobs))
+        lanes = [lane for lane in ([job for job in jobs if variants.index(job.variant) % LANES == index]
+                                   for index in range(LANES)) if lane]
+        threads = max(1, self.options.profile.threads // len(lanes))
+        options = replace(self.options, profile=self.options.profile.with_overrides(threads=threads))
+        events: queue.Queue = queue.Queue()
+        stop = _Stop(ctrl_c)
+
+        def drive(lane: list[Job], lane_launcher: Launcher) -> None:
+            try:
+                for variant in dict.fromkeys(job.variant for job in lane):  # each variant in a worker of its own
+                    jobs = [job for job in lane if job.variant == variant]
+                    while jobs:
+                        jobs = run_in_worker(jobs, options, lambda record: events.put((on_check, record)),
+                                             lambda record: events.put((on_job, record)), stop, shared_dir=shared,
+                                             launcher=lane_launcher)
+                    stored = threading.Event()  # its jobs are in the store before the lane's next worker starts
+                    events.put((lambda _: stored.set(), None))
+                    while not stored.wait(0.2):
+                        stop.check()
+            except BaseException as exc:  # stopped (Ctrl-C, or the run failed): the run's thread says why
+                events.put((None, exc))
+            finally:
+                events.put((None, None))
+
+        with contextlib.ExitStack() as stack:
+            launchers = [launcher.ready()] + [stack.enter_context(Launcher(worker_env(shared), Path(shared) /
+                                                                           f"launcher-{index}.txt")).ready()
+                                              for index in range(1, len(lanes))]
+            workers = [threading.Thread(target=drive, args=(lane, lane_launcher), daemon=True)
+                       for lane, lane_launcher in zip(lanes, launchers)]
+            for worker in workers:
+                worker.start()
+            running, failure = len(workers), None
+            try:
+                while running:
+                    try:
+                        callback, record = events.get(timeout=0.2)
+                    except queue.Empty:
+                        ctrl_c.check()
+                        continue
+                    if callback is not None:
+                        callback(record)
+                    elif record is None:  # a lane is done
+                        running -= 1
+                    elif failure is None:
+                        failure = record
+            finally:
+                stop.stopped = True  # a lane still running (this thread failed) stops its worker
+                for worker in workers:
+                    worker.join()
+            if failure is not None:
+                raise failure
+
+
+LANES = 2
+"""Side-by-side jobs run in this many workers at once (the zoo's machines have two cores)."""
+
+
+class _Stop:
+    """What a lane's worker loop checks: the run's Ctrl-C, or the run's thread having stopped."""
+
+    def __init__(self, ctrl_c: "CtrlC") -> None:
+        self.ctrl_c, self.stopped = ctrl_c, False
+
+    def check(self) -> None:
+        self.ctrl_c.check()
+        if self.stopped:
+            raise KeyboardInterrupt(signal.SIGTERM)
 
 
 class CtrlC:
@@ -319,12 +400,14 @@ def _failure_reason(returncode: int, timed_out: bool, options: RunOptions, log_p
     return "exited early", f"worker exited with status {returncode}" + (f"; last output: {last[:300]}" if last else "")
 
 
-def plan_jobs(variants: list[str], suites: list[str], processes: Mapping[str, int] | None = None) -> list[Job]:
+def plan_jobs(variants: list[str], suites: list[str], processes: Mapping[str, int] | None = None,
+              side_by_side: Iterable[str] = ()) -> list[Job]:
     """One job per (variant, suite), then one more per further process of a suite measured in several
     (``processes``: suite -> how many; 1 when absent): every variant's first process comes before any second
-    one, so the processes of a variant's timings lie a whole pass over the variants apart, as a rerun's would."""
-    processes = processes or {}
-    jobs = [Job(variant, suite) for variant in variants for suite in suites]
+    one, so the processes of a variant's timings lie a whole pass over the variants apart, as a rerun's would.
+    ``side_by_side``: the suites whose first-process jobs may run beside others (:attr:`zoo.Suite.side_by_side`)."""
+    processes, side_by_side = processes or {}, set(side_by_side)
+    jobs = [Job(variant, suite, 0, suite in side_by_side) for variant in variants for suite in suites]
     for process in range(1, max(processes.values(), default=1)):
         jobs += [Job(variant, suite, process) for variant in variants for suite in suites
                  if processes.get(suite, 1) > process]

@@ -150,7 +150,10 @@ class Suite:
     (the correctness suite). ``profiles``: the profiles it runs in when ``--suite`` is not given (None: every
     one). ``carried``: a variant with no rows of this suite on its current source among the runs the board
     accumulates shows its latest such rows from any run, labelled with their run (a suite too slow for the default
-    profile, whose figures do not hang on the machine that trained them). ``order``: where its
+    profile, whose figures do not hang on the machine that trained them). ``side_by_side``: its checks time nothing
+    and its verdicts do not hang on the thread count, so a local run runs its jobs two at a time, before the timed
+    ones, each worker with half the run's threads (correctness and complexity; a suite that times, or trains with
+    the run's threads, runs its jobs alone). ``order``: where its
     section comes on the board (smaller first; the built-ins use 10 to 40). ``section(board)``
     returns its :class:`Section` (None: a generic table of its rows); ``columns(board, variant)`` its cells in
     a ranked row; ``details(board, variant)`` tables for the variant's page; ``ranking``: how the one suite
@@ -171,6 +174,7 @@ class Suite:
     required: bool = False
     profiles: tuple[str, ...] | None = None
     carried: bool = False
+    side_by_side: bool = False
     settings: Mapping[str, Any] = field(default_factory=dict)
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     legacy: Mapping[str, str] = field(default_factory=dict)

@@ -1,8 +1,10 @@
 """Complexity suite: how FLOPs and peak memory grow with sequence length, against the claim.
 
 FLOPs (torch's FlopCounterMode formulas, with formulas for the fused CPU attention ops) and peak live tensor
-memory, counted in one dispatch mode (:class:`zoo.measure.Counters`), are deterministic, so the verdicts rest on them; the time exponent comes from the
-speed suite. Shapes: the profile's complexity config (one head of 64 by default).
+memory, counted in one dispatch mode (:class:`zoo.measure.Counters`), are deterministic, so the verdicts rest on
+them; on CPU a call is counted on fake tensors where it allows it (the same counts, no arithmetic:
+:func:`zoo.measure.counts_on_fake_tensors`). The time exponent comes from the speed suite. Shapes: the profile's
+complexity config (one head of 64 by default).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from zoo import plots as plots_
 from zoo.board import best_known_rows, fmt_exp
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
-from zoo.measure import flops_and_peak_memory
+from zoo.measure import counts_on_fake_tensors, flops_and_peak_memory
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent
 from zoo.suite import legacy_names
@@ -42,6 +44,20 @@ def _count(fn, device: str) -> tuple[int, int, int | None]:
         torch.cuda.synchronize()
         allocator_peak = torch.cuda.max_memory_allocated() - before
     return flops, peak, allocator_peak
+
+
+def _fake_counts(load, device: str) -> list[tuple[int, int, None]] | None:
+    """Both phases' counts on fake tensors (:func:`zoo.measure.counts_on_fake_tensors`); None on CUDA, whose
+    allocator's peak a real call gives, or where a phase cannot be counted so."""
+    if device != "cpu":
+        return None
+    counted = []
+    for fn in (load.forward, load.train_step):
+        counts = counts_on_fake_tensors(fn)
+        if counts is None:
+            return None
+        counted.append((*counts, None))
+    return counted
 
 
 def measure(variant, profile):
@@ -73,8 +89,12 @@ def measure(variant, profile):
                 # both a steady call's figures, as the variant's are after its finiteness check (its first call)
                 if who != variant.name:
                     load.forward()
-                for phase, fn in zip(PHASES, (load.forward, load.train_step)):
-                    flops, peak, allocator_peak = _count(fn, profile.device)
+                counted = _fake_counts(load, profile.device)
+                if counted is None:  # on real tensors, a fresh callable's warm calls
+                    load = loads_at(n, only={who})[who]
+                    load.forward()
+                    counted = [_count(fn, profile.device) for fn in (load.forward, load.train_step)]
+                for phase, (flops, peak, allocator_peak) in zip(PHASES, counted):
                     table.setdefault((who, mode, phase), {})[n] = (flops, peak)
                     if allocator_peak is not None:
                         extra.append(Result("cuda-allocator-peak", MEASURED, f"{mode} {phase} n={n}", allocator_peak,
@@ -328,7 +348,7 @@ SUITE_DEFINITION = zoo.Suite(
         zoo.Measure("cuda-allocator-peak", "the CUDA caching allocator's peak during one call (GPU runs)", "bytes"),
         zoo.Measure("plan", "a length the measurement plan left out for the variant (or the callable in versus), "
                     "and why")),
-    section=section, columns=columns, details=details, axes=axes, order=20,
+    section=section, columns=columns, details=details, axes=axes, order=20, side_by_side=True,
     upgrade=lambda row: legacy_names(row, LEGACY_NAMES, [m.name for m in SUITE_DEFINITION.measures]),
     # one head of 64, where the additive baseline still fits in memory; the measurement plan (zoo.plan) leaves
     # out a length whose forward+backward call is predicted, from counted FLOPs and memory, to exceed the caps

@@ -875,7 +875,7 @@ def section(board) -> zoo.Section:
 SUITE_DEFINITION = zoo.Suite(
     SUITE, "each variant against its float64 reference and its baselines, and the properties any attention with its "
     "capabilities must keep", measures=tuple(zoo.Measure(c.name, c.summary) for c in CHECKS),
-    blocking=(FAILED, ERROR), required=True, section=section, order=10,
+    blocking=(FAILED, ERROR), required=True, section=section, order=10, side_by_side=True,
     upgrade=upgrade,
     settings={"cases": 3},  # random cases per check, on small shapes
     presets={"full": {"cases": 8}, "smoke": {"cases": 1}}, legacy={"cases": "cases"})
