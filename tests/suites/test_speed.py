@@ -174,7 +174,7 @@ def test_a_cold_call_ten_rounds_long_calibrates_alone_and_the_counted_one_counts
         calls["counted"] += 1
         return a @ a
 
-    settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0).of("speed")
+    settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0, cell_seconds=None).of("speed")
     samples, _, (flops, ops) = measure_cell({"slow": slow, "counted": counted}, settings, "counted",
                                              lambda fn: count_flops(fn, with_ops=True))
     assert calls["slow"] == 1 + 3  # cold, then one per round
@@ -222,7 +222,7 @@ def test_a_cold_call_the_caller_already_made_is_not_made_again_and_its_count_is_
         calls["other"] += 1
         time.sleep(PROFILE.of("speed").round_seconds * 10)
 
-    settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0).of("speed")
+    settings = PROFILE.with_settings("speed", repeats=3, noise_retries=0, cell_seconds=None).of("speed")
     cold_call = (PROFILE.of("speed").round_seconds * 10, ("flops", ["ops"]))
     samples, _, counted = measure_cell({"slow": slow, "other": other}, settings, "slow", lambda fn: fn() or 0,
                                        cold_call)

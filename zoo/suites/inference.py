@@ -270,9 +270,12 @@ def _cell(variant, settings, profile, batch: int, context: int, shortest: int | 
                                      functools.partial(bytes_read, step), step) for who, step in steps_counted.items()}
         samples = {who: [] for who in calls}
         flush = _flush_buffer(settings.flush_mib, device, settings.flush_beyond_cache)
+        flushed = {who for who in calls if settings.flush_large_steps
+                   or counted.get(who, 0) < 2 * flush.numel() * flush.element_size()}
         for index, token in enumerate(tokens[settings.warmup_steps + 1:]):
             for who in (list(calls) if index % 2 == 0 else list(calls)[::-1]):  # ABBA: what one leaves falls on both
-                flush.sum()  # each step starts from memory, as in a model whose other layers ran in between
+                if who in flushed:  # each step starts from memory, as in a model whose other layers ran in between;
+                    flush.sum()  # a step that reads twice the buffer or more has evicted its own start by its end
                 started = synchronized_clock()
                 calls[who](token)
                 samples[who].append(synchronized_clock() - started)
@@ -710,8 +713,9 @@ def section(board) -> zoo.Section:
         "it counted; beyond the timed contexts from the plugin's state_bytes formula, which the correctness suite "
         "checks against the counted bytes token by token) and the time per generated token: the median over "
         f"{settings.steps} steps per process (after {settings.warmup_steps} untimed ones) taking turns step by step "
-        "with the standard decode, each step after a read of a buffer larger than the CPU's caches, so it starts from "
-        "memory as in a model whose other layers ran in between: "
+        "with the standard decode, each step after a read of a buffer larger than the CPU's caches"
+        f"{'' if getattr(settings, 'flush_large_steps', True) else ' (unless the step itself reads twice that buffer or more)'}, so it "
+        "starts from memory as in a model whose other layers ran in between: "
         f"{STANDARD_LABELS[SDPA_CACHE]} for cores, {STANDARD_LABELS[MHA_CACHE]} for layers, at the same d_model "
         f"({settings.d_model}), heads ({settings.heads}, each with its own keys and values: a variant that keeps "
         f"fewer, grouped- or multi-query, is compared with the multi-head cache it replaces) and "
@@ -795,8 +799,9 @@ def _other_decodes(board, contexts) -> list[dict]:
 
 
 def settle(settings: dict) -> dict:
-    """Contexts and batches in order, each once."""
-    return {**settings, "contexts": tuple(sorted(set(settings["contexts"]))),
+    """Contexts and batches in order, each once; a run stored before ``flush_large_steps`` existed flushed before
+    every step."""
+    return {"flush_large_steps": True, **settings, "contexts": tuple(sorted(set(settings["contexts"]))),
             "batches": tuple(sorted(set(settings["batches"]))),
             "state_contexts": tuple(sorted(set(settings["state_contexts"])))}
 
@@ -853,13 +858,16 @@ SUITE_DEFINITION = zoo.Suite(
         "batches": (1, 16), "contexts": (1024, 4096), "d_model": 512, "heads": 8,
         # timed generated tokens per cell and process, each step after a flush of the caches, the two decodes taking
         # turns step by step, after untimed ones
-        "steps": 32, "warmup_steps": 8,
+        "steps": 16, "warmup_steps": 4,
         # the plan: a cell is not timed where its prefill or its state is predicted to exceed these (no clock decides)
         "max_prefill_gflop": 120.0, "max_state_gib": 2.0, "max_prefill_tokens": 16384,
         "state_contexts": (16384, 32768),  # contexts the state is stated at beyond the timed ones (formula)
         "bandwidth_mib": 256,
         "flush_mib": 64,  # read before every timed step (at least twice the last-level cache the machine reports)
         "flush_beyond_cache": True,  # false: flush_mib alone (the smoke profile checks that it works, in seconds)
+        # false: no flush before a step that itself reads at least twice the flush buffer (it has evicted its own
+        # start by its end)
+        "flush_large_steps": False,
         # a time per token whose interval reaches farther than half this fraction from it is marked varies
         # (zoo.timing.strays)
         "interval_threshold": 0.1,

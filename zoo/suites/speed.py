@@ -42,6 +42,12 @@ took 44 s per forward+backward at n = 4096, 178 s at 8192 and 640 s at 16384 on 
 speed job's time. At n = 512 (d_model 512, 8 heads) the four token-by-token recurrences (Based, Gated DeltaNet,
 GLA, Mamba-2) dispatched 25,219 to 45,784 ops in one forward+backward, every other callable at most 6,826: the
 cap keeps each recurrence at n = 4096, where its target compares it, and leaves it out from 8192 on."""
+QUICK_MAX_CALL_OPS = 20_000.0
+"""The quick profile's cap: it times no loop in Python over more than a few hundred tokens. At n = 256 the
+recurrences dispatched 12,675 (GLA), 16,747 (Mamba-2), 17,586 (Based) and 23,000 (Gated DeltaNet) ops per
+forward+backward, at 512 from 25,219 up; the most of any other callable was 6,554 at 256 and 6,826 at 512 (Gated
+DeltaNet's chunked substitution, 13,652 at 1024 in proportion). So three recurrences are timed at n = 256 only, and
+the quick run does not spend a fifth of its timed rounds on baselines whose target the long board judges."""
 PHASES = ("fwd", "fwd+bwd")
 ALLOCATOR_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 
@@ -885,8 +891,9 @@ def upgrade(row: dict) -> dict:
 def settle(settings: dict) -> dict:
     """The reference length must be timed: when the lengths leave it out, the longest of them takes its place; the
     causal lengths are those of ``causal_lengths`` among the lengths (None: all; none left: the reference). A run
-    stored before ``max_call_ops`` existed reads as one with today's cap, so it shares a board with a new run of
-    its settings: the cap leaves out only loops in Python over long sequences, which no figure ranks."""
+    stored before ``max_call_ops`` existed reads as one with the long cap (:data:`MAX_CALL_OPS`), so a full run
+    shares a board with a new one of its settings: that cap leaves out only loops in Python over long sequences,
+    which no figure ranks."""
     lengths = tuple(sorted(set(settings["lengths"])))
     reference = settings["reference_length"] if settings["reference_length"] in lengths else max(lengths)
     causal = _causal_lengths(lengths, settings.get("causal_lengths"), reference)
@@ -946,12 +953,13 @@ SUITE_DEFINITION = zoo.Suite(
         # rounds per process (a figure pools the rounds of the run's processes: 3 in quick and full), each costing
         # every callable about round_seconds
         "repeats": 2, "round_seconds": 0.01,
-        # fewer rounds in a process where they would cost a cell more than this (at least one; None: no cap)
-        "cell_seconds": 1.5,
+        # fewer rounds in a process where they would cost a cell more than this (at least one; None: no cap): a
+        # cell of slow calls gets one round in each process, whose spread between processes is what a rerun sees
+        "cell_seconds": 0.25,
         # the measurement plan (zoo.plan): a length is left out for a callable whose forward+backward call is
         # predicted, from counted FLOPs, memory and dispatched ops, to exceed these caps; no clock decides what is
         # measured
-        "max_call_gflop": 100.0, "max_call_gib": 4.0, "max_call_ops": MAX_CALL_OPS,
+        "max_call_gflop": 100.0, "max_call_gib": 4.0, "max_call_ops": QUICK_MAX_CALL_OPS,
         # a cell whose IQR exceeds this fraction of its median is re-measured (up to noise_retries times, adding
         # rounds) and, if still noisy, marked on the board
         "noise_threshold": 0.2, "noise_retries": 1,
@@ -968,10 +976,11 @@ SUITE_DEFINITION = zoo.Suite(
         "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "causal_lengths": None,
                  "baselines_in_every_mode": True, "repeats": 4,
                  "round_seconds": 0.2, "cell_seconds": None, "max_call_gflop": 2500.0, "max_call_gib": 8.0,
+                 "max_call_ops": MAX_CALL_OPS,
                  "call_limit_seconds": 60.0,
                  "reference_length": 4096},
         "smoke": {"d_model": 64, "heads": 2, "lengths": (64, 128, 256), "repeats": 2, "round_seconds": 0.005,
-                  "reference_length": 256, "call_limit_seconds": None},
+                  "reference_length": 256, "call_limit_seconds": None, "max_call_ops": MAX_CALL_OPS},
     },
     legacy={"speed_batch": "batch", "speed_d_model": "d_model", "speed_heads": "heads", "speed_lengths": "lengths",
             "speed_modes": "modes", "repeats": "repeats", "round_seconds": "round_seconds",
