@@ -78,7 +78,8 @@ class Profile:
 
 
 PROFILES = {
-    "quick": Profile(name="quick"),
+    # two processes, n <= 512: a first board in a few minutes on two cores; the long board times to n = 16384
+    "quick": Profile(name="quick", processes=2),
     "full": Profile(name="full", variant_timeout_seconds=4 * 3600.0),
     # seconds, not minutes: for tests and for trying a new plugin end to end (figures too coarse to publish)
     "smoke": Profile(name="smoke", threads=1, processes=1),

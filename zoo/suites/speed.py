@@ -36,8 +36,8 @@ from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_at
 
 SUITE = "speed"
 MAX_CALL_OPS = 384_000.0
-"""Ops dispatched per forward+backward call above which the plan leaves a callable out (the same in every
-profile). Counted FLOPs do not see a loop in Python over tokens: Based's token-by-token recurrence (a baseline)
+"""Ops dispatched per forward+backward call above which the plan leaves a callable out (in the full and smoke
+profiles; quick: :data:`QUICK_MAX_CALL_OPS`). Counted FLOPs do not see a loop in Python over tokens: Based's token-by-token recurrence (a baseline)
 took 44 s per forward+backward at n = 4096, 178 s at 8192 and 640 s at 16384 on the long board, most of its
 speed job's time. At n = 512 (d_model 512, 8 heads) the four token-by-token recurrences (Based, Gated DeltaNet,
 GLA, Mamba-2) dispatched 25,219 to 45,784 ops in one forward+backward, every other callable at most 6,826: the
@@ -46,8 +46,8 @@ QUICK_MAX_CALL_OPS = 20_000.0
 """The quick profile's cap: it times no loop in Python over more than a few hundred tokens. At n = 256 the
 recurrences dispatched 12,675 (GLA), 16,747 (Mamba-2), 17,586 (Based) and 23,000 (Gated DeltaNet) ops per
 forward+backward, at 512 from 25,219 up; the most of any other callable was 6,554 at 256 and 6,826 at 512 (Gated
-DeltaNet's chunked substitution, 13,652 at 1024 in proportion). So three recurrences are timed at n = 256 only, and
-the quick run does not spend a fifth of its timed rounds on baselines whose target the long board judges."""
+DeltaNet's chunked substitution). So three recurrences are timed at n = 256 only, and the quick run does not spend
+a fifth of its timed rounds on baselines whose target the long board judges."""
 PHASES = ("fwd", "fwd+bwd")
 ALLOCATOR_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 
@@ -943,14 +943,14 @@ SUITE_DEFINITION = zoo.Suite(
     noise=noise,
     axes=axes, order=30,
     settings={
-        "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512, 1024), "modes": ("full", "causal"),
+        "batch": 1, "d_model": 512, "heads": 8, "lengths": (256, 512), "modes": ("full", "causal"),
         # the lengths causal mode is timed at, among ``lengths``, where it is not the variant's primary mode (None:
         # all of them; none of them: the reference; a causal-only variant is timed at every length)
-        "causal_lengths": (1024,),
+        "causal_lengths": (512,),
         # baselines, floors and peers timed in both modes (False: only in the variant's primary mode, the other
         # timing the variant against the ops it is compared with)
         "baselines_in_every_mode": False,
-        # rounds per process (a figure pools the rounds of the run's processes: 3 in quick and full), each costing
+        # rounds per process (a figure pools the rounds of the run's processes: 2 in quick, 3 in full), each costing
         # every callable about round_seconds
         "repeats": 2, "round_seconds": 0.01,
         # fewer rounds in a process where they would cost a cell more than this (at least one; None: no cap): a
@@ -970,7 +970,7 @@ SUITE_DEFINITION = zoo.Suite(
         # a last-resort safety net, not a plan: a variant whose one warm call takes longer is not timed at larger
         # lengths, and the board says so (None: none, as in the smoke profile: no clock decides anything there)
         "call_limit_seconds": 30.0,
-        "reference_length": 1024,  # variants are ranked by fwd+bwd time / their comparator's at this n
+        "reference_length": 512,  # variants are ranked by fwd+bwd time / their comparator's at this n
     },
     presets={
         "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "causal_lengths": None,
