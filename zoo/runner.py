@@ -162,21 +162,26 @@ class LocalExecutor:
             ctrl_c.check()
 
     def _side_by_side(self, jobs: list[Job], on_check, on_job, ctrl_c: "CtrlC", shared: str, launcher: Launcher):
-        """``jobs`` in lanes, each with a launcher of its own and its share of the run's threads, running each of its
-        variants' jobs in a worker of its own; every record is handed on from this thread, so the store is written
-        from one, and a lane starts its next worker once the last one's jobs are stored."""
-        variants = list(dict.fromkeys(job.variant for job in jobs))
-        lanes = [lane for lane in ([job for job in jobs if variants.index(job.variant) % LANES == index]
-                                   for index in range(LANES)) if lane]
-        threads = max(1, self.options.profile.threads // len(lanes))
+        """``jobs`` in lanes, each with a launcher of its own and its share of the run's threads, taking the next
+        variant's jobs when it is free (one variant's can take ten times another's) and running them in a worker of
+        their own; every record is handed on from this thread, so the store is written from one, and a lane takes
+        its next variant once the last one's jobs are stored."""
+        todo: queue.Queue = queue.Queue()
+        for variant in dict.fromkeys(job.variant for job in jobs):
+            todo.put([job for job in jobs if job.variant == variant])
+        lanes = min(LANES, todo.qsize())
+        threads = max(1, self.options.profile.threads // lanes)
         options = replace(self.options, profile=self.options.profile.with_overrides(threads=threads))
         events: queue.Queue = queue.Queue()
         stop = _Stop(ctrl_c)
 
-        def drive(lane: list[Job], lane_launcher: Launcher) -> None:
+        def drive(lane_launcher: Launcher) -> None:
             try:
-                for variant in dict.fromkeys(job.variant for job in lane):  # each variant in a worker of its own
-                    jobs = [job for job in lane if job.variant == variant]
+                while True:
+                    try:
+                        jobs = todo.get_nowait()
+                    except queue.Empty:
+                        return
                     while jobs:
                         jobs = run_in_worker(jobs, options, lambda record: events.put((on_check, record)),
                                              lambda record: events.put((on_job, record)), stop, shared_dir=shared,
@@ -193,9 +198,8 @@ class LocalExecutor:
         with contextlib.ExitStack() as stack:
             launchers = [launcher.ready()] + [stack.enter_context(Launcher(worker_env(shared), Path(shared) /
                                                                            f"launcher-{index}.txt")).ready()
-                                              for index in range(1, len(lanes))]
-            workers = [threading.Thread(target=drive, args=(lane, lane_launcher), daemon=True)
-                       for lane, lane_launcher in zip(lanes, launchers)]
+                                              for index in range(1, lanes)]
+            workers = [threading.Thread(target=drive, args=(lane_launcher,), daemon=True) for lane_launcher in launchers]
             for worker in workers:
                 worker.start()
             running, failure = len(workers), None
