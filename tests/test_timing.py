@@ -104,4 +104,4 @@ def test_a_run_stored_before_timings_were_repeated_reads_as_one_process():
 
     stored = get_profile("quick").as_dict()
     del stored["processes"]
-    assert Profile.from_dict(stored).processes == 1 and get_profile("quick").processes == 3
+    assert Profile.from_dict(stored).processes == 1 and get_profile("quick").processes == 2
