@@ -130,9 +130,9 @@ def test_a_gather_reads_the_elements_it_selects_and_a_plain_op_its_whole_inputs(
 @pytest.mark.parametrize("name", BUILTINS)
 def test_counts_on_fake_tensors_are_a_real_calls_or_none(registry, name):
     """Every callable the complexity suite counts for a built-in, in both phases and every mode it computes, after
-    a warm call as the suite makes one: counted on fake tensors, the FLOPs and peak memory of a fresh real call, or
-    None (a call that needs a value), never other figures."""
-    from zoo.measure import counts_on_fake_tensors, flops_and_peak_memory
+    a warm call as the suite makes one: counted on fake tensors, the FLOPs, peak memory and ops of a fresh real
+    call, or None (a call that needs a value), never other figures."""
+    from zoo.measure import call_counts, counts_on_fake_tensors
     from zoo.workload import modes_for, self_attention_workloads
 
     variant = registry.variant(name)
@@ -147,15 +147,50 @@ def test_counts_on_fake_tensors_are_a_real_calls_or_none(registry, name):
             fake[who].forward()
             for phase in ("forward", "train_step"):
                 counted = counts_on_fake_tensors(getattr(fake[who], phase))
-                assert counted in (None, flops_and_peak_memory(getattr(real[who], phase))), (who, mode, phase)
+                assert counted in (None, call_counts(getattr(real[who], phase))), (who, mode, phase)
 
 
 def test_a_call_that_needs_a_value_is_not_counted_on_fake_tensors_and_a_dense_one_is():
-    from zoo.measure import counts_on_fake_tensors, flops_and_peak_memory
+    from zoo.measure import call_counts, counts_on_fake_tensors
 
     x = torch.randn(64, 32, requires_grad=True)
     assert counts_on_fake_tensors(lambda: x[x.sum(1) > 0] @ x.T) is None  # a shape that depends on the data
     assert counts_on_fake_tensors(lambda: float(x.sum()) * x) is None  # a value
     step = lambda: (torch.softmax(x @ x.T, -1) @ x).sum().backward()  # noqa: E731
     counted = counts_on_fake_tensors(step)
-    assert counted == flops_and_peak_memory(step) and counted[0] == 6 * (2 * 64 * 64 * 32)  # two matmuls, four in backward
+    assert counted == call_counts(step) and counted[0] == 6 * (2 * 64 * 64 * 32)  # two matmuls, four in backward
+
+
+def test_a_call_is_counted_on_fake_tensors_only_where_its_real_arithmetic_is_predicted_dearer_than_its_faked_ops():
+    from zoo.measure import FAKE_SECONDS_PER_OP, cheaper_on_fake_tensors
+
+    assert not cheaper_on_fake_tensors([], 512)  # nothing to predict from: a real call
+    per_op = FAKE_SECONDS_PER_OP
+    assert cheaper_on_fake_tensors([(256, 2 * per_op * 100, 100)], 512)  # one point: both grow with the length
+    assert not cheaper_on_fake_tensors([(256, 0.5 * per_op * 100, 100)], 512)
+    quadratic = [(256, 10 * per_op, 200), (512, 40 * per_op, 200)]  # arithmetic grows, ops do not
+    assert not cheaper_on_fake_tensors(quadratic, 1024) and cheaper_on_fake_tensors(quadratic, 2048)  # 160, 640: 200
+    loop = [(256, 0.25 * per_op * 1000, 1000), (512, 0.25 * per_op * 2000, 2000)]  # cheap ops by the thousand
+    assert not cheaper_on_fake_tensors(loop, 65536)
+
+
+def test_a_counted_call_stops_at_the_op_past_its_cap():
+    from zoo.measure import TooManyOps, call_counts
+
+    x = torch.ones(4, requires_grad=True)
+    seen = []
+
+    def loop():
+        y = x
+        for _ in range(50):
+            seen.append(1)
+            y = y * 1.5
+        y.sum().backward()  # its ops past the cap are stopped too
+
+    with pytest.raises(TooManyOps, match="over 20 ops"):
+        call_counts(loop, max_ops=20)
+    assert len(seen) == 21  # the 21st multiplication raised
+    forward_and_backward = call_counts(loop)[2]
+    with pytest.raises(TooManyOps):
+        call_counts(loop, max_ops=forward_and_backward - 1)
+    assert call_counts(loop, max_ops=forward_and_backward)[2] == forward_and_backward

@@ -135,6 +135,11 @@ def test_a_loop_over_tokens_is_left_out_where_its_dispatched_ops_pass_the_cap_an
     plan = plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0, max_ops=50)
     assert plan.lengths["recurrent"] == [256] and counted_at == [256]  # 64 predicted at 512: not counted there
     assert set(plan.left_out["recurrent"]) == {512, 1024, 2048}
+    counted_at.clear()
+    plan = plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0, max_ops=20)
+    assert plan.lengths["recurrent"] == [] and counted_at == [256]  # stopped at its 21st op of 32
+    assert plan.left_out["recurrent"] == {n: "over 20 ops dispatched in one call at n=256 (a loop in Python): the "
+                                             "profile's cap" for n in lengths}
     assert plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0).lengths["recurrent"] == \
         lengths  # no cap on ops: as before
 
@@ -152,3 +157,31 @@ def test_a_run_stored_before_the_ops_cap_shares_a_board_with_a_run_of_the_same_s
         assert _comparable_settings(before) == _comparable_settings(today)
         changed = {**today, "suites": {**today["suites"], "speed": {**today["suites"]["speed"], "max_call_ops": 1.0}}}
         assert _comparable_settings(changed) != _comparable_settings(today)
+
+
+def test_a_call_whose_arithmetic_outweighs_its_ops_is_counted_on_fake_tensors_for_the_same_plan():
+    """A callable that took far longer per dispatched op than a fake op costs at the smallest length is counted on
+    fake tensors at the second (no arithmetic, the same counts); the others on real tensors."""
+    import time
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    seen = {}
+
+    def slow(n):
+        def step():
+            seen.setdefault("slow", []).append(isinstance(torch.empty(n * 1024, dtype=torch.uint8), FakeTensor))
+            if not seen["slow"][-1]:
+                time.sleep(0.05)  # arithmetic, as far as the rule can tell: 50 ms for one op
+
+        return Workload(forward=step, train_step=step)
+
+    def loads_at(n, only=None):
+        loads = {**_loads({"v": lambda n: n * 1024, SDPA: lambda n: n * 1024})(n, only), "slow": slow(n)}
+        return {who: load for who, load in loads.items() if only is None or who in only}
+
+    lengths = [256, 512, 1024]
+    plan = plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=0.75 * MiB / 2 ** 30)
+    assert seen["slow"] == [False, True]  # real at 256, fake at 512
+    assert plan.lengths["slow"] == plan.lengths["v"] == [256, 512]  # 1 MiB at 1024 is over the cap for each
+    assert plan.left_out["slow"][1024].startswith("variant not measured here: predicted 0.000977 GiB")

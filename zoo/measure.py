@@ -5,6 +5,7 @@ Both are noise-free, so complexity verdicts rest on them; time is measured in th
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Callable
 
@@ -57,15 +58,16 @@ class Counters(TorchDispatchMode):
     parameter or an input it was given.
 
     Ops: how many ops reached it (``dispatched``), each costing the framework's per-op overhead whatever its size:
-    what a Python loop over tokens pays per token, which counted FLOPs do not see.
+    what a Python loop over tokens pays per token, which counted FLOPs do not see. With ``max_ops``, the op after
+    that many raises :class:`TooManyOps`: a call known to be over a cap is not run to its end.
     """
 
     supports_higher_order_operators = True  # as FlopCounterMode: such an op is left to its own implementation
     _DECOMPOSES: dict = {}  # op overload -> whether FlopCounterMode would decompose it (fixed per op)
 
-    def __init__(self, flops: bool = True, memory: bool = True) -> None:
+    def __init__(self, flops: bool = True, memory: bool = True, max_ops: float | None = None) -> None:
         super().__init__()
-        self.counting_flops, self.tracking_memory = flops, memory
+        self.counting_flops, self.tracking_memory, self.max_ops = flops, memory, max_ops
         self.flops_by_op: dict = {}
         self.dispatched = 0
         self.live: dict[int, int] = {}
@@ -100,7 +102,10 @@ class Counters(TorchDispatchMode):
             return NotImplemented  # as FlopCounterMode: such ops reach a mode only for tensor subclasses
         if isinstance(func, torch._ops.HigherOrderOperator):
             return NotImplemented
-        self.dispatched += 1
+        if func is not torch.ops.prim.device.default:  # a fake tensor's device query; a real call makes none
+            self.dispatched += 1
+        if self.max_ops is not None and self.dispatched > self.max_ops:
+            raise TooManyOps(self.max_ops)
         packet = func._overloadpacket
         if self.counting_flops and packet not in flop_registry and func is not torch.ops.prim.device.default:
             decomposes = self._DECOMPOSES.get(func)
@@ -130,6 +135,14 @@ class Counters(TorchDispatchMode):
                 if pointer not in given:
                     self._track(leaf)
         return out
+
+
+class TooManyOps(Exception):
+    """A counted call dispatched more ops than its ``max_ops`` (:class:`Counters`); it was stopped there."""
+
+    def __init__(self, max_ops: float) -> None:
+        super().__init__(f"over {max_ops:g} ops dispatched in one call")
+        self.max_ops = max_ops
 
 
 _ALIASES: dict = {}
@@ -185,26 +198,52 @@ def flops_and_peak_memory(fn: Callable[[], object]) -> tuple[int, int]:
     return flops, peak
 
 
-def counts_on_fake_tensors(fn: Callable[[], object]) -> tuple[int, int] | None:
-    """:func:`flops_and_peak_memory` of one call of ``fn`` on CPU, run on fake tensors (torch's ``FakeTensorMode``:
-    each op makes its result's shape, dtype and strides, and no values), so a call costs its dispatch and no
-    arithmetic: the same ops make the same tensors, so the counts are a real call's (a test holds every built-in to
-    that), where the tensor-wide elementwise work of additive attention at n = 4096 took seconds a call. The
+def counts_on_fake_tensors(fn: Callable[[], object]) -> tuple[int, int, int] | None:
+    """:func:`call_counts` of one call of ``fn`` on CPU, run on fake tensors (torch's ``FakeTensorMode``: each op
+    makes its result's shape, dtype and strides, and no values), so a call costs its dispatch and no arithmetic:
+    the same ops make the same tensors, so the counts are a real call's (a test holds every built-in to that). The
     tensors ``fn`` closes over become fake as it uses them. None where the call needs a value (``.item()``, a shape
     that depends on the data) or fails: then count a fresh call on real tensors, since this one may have left fake
-    tensors in what it keeps (a cache, a gradient)."""
+    tensors in what it keeps (a cache, a gradient). Which is cheaper: :func:`cheaper_on_fake_tensors`."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
-            return flops_and_peak_memory(fn)
+            return call_counts(fn)
     except Exception:  # the real call says what is wrong, if anything is
         return None
 
 
-def call_counts(fn: Callable[[], object]) -> tuple[int, int, int]:
-    """FLOPs, peak live tensor bytes and ops dispatched of one call of ``fn``, in one pass."""
-    with Counters() as counter:
+FAKE_SECONDS_PER_OP = 5e-4
+"""About what an op costs on fake tensors under the counters here (2-core AMD EPYC, one thread): a chunked additive
+attention's forward+backward, 2,652 ops, took 1.0-1.5 s counted so at n = 1024 to 4096 (0.7-0.9 s on fake tensors
+alone); a call's first fake ops cost more (making its inputs and weights fake)."""
+
+
+def cheaper_on_fake_tensors(counted: list[tuple[int, float, int]], n: int) -> bool:
+    """Whether a call at length ``n`` is predicted to cost less counted on fake tensors than on real ones, from its
+    real counted calls at shorter lengths (``counted``: (length, seconds, ops) each): the seconds and the ops each
+    extrapolated along the log-log line through the last two (from one: both in proportion to the length), a fake
+    op at :data:`FAKE_SECONDS_PER_OP`. Additive attention's arithmetic grows with the square of the length while its
+    ops do not (its counts took 26 s of a quick complexity job on fake tensors at every length from 1024, more than
+    the real calls they replaced below 4096); a loop over tokens or chunks dispatches thousands of cheap ops, dearer
+    faked. Only the cost depends on the choice, never the counts."""
+    if not counted:
+        return False
+
+    def at_n(points):
+        (n0, v0), (n1, v1) = points[0], points[-1]
+        slope = 1.0 if n0 == n1 or v0 <= 0 or v1 <= 0 else max(math.log(v1 / v0) / math.log(n1 / n0), 0.0)
+        return v1 * (n / n1) ** slope
+
+    last = counted[-2:]
+    return at_n([(m, s) for m, s, _ in last]) > FAKE_SECONDS_PER_OP * at_n([(m, o) for m, _, o in last])
+
+
+def call_counts(fn: Callable[[], object], max_ops: float | None = None) -> tuple[int, int, int]:
+    """FLOPs, peak live tensor bytes and ops dispatched of one call of ``fn``, in one pass (:class:`TooManyOps` once
+    it dispatches more than ``max_ops``)."""
+    with Counters(max_ops=max_ops) as counter:
         fn()
     return counter.flops, counter.peak, counter.dispatched
 

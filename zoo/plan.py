@@ -20,14 +20,16 @@ Every length left out gets a reason, which the leaderboard shows.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from .checks import SKIPPED, Result
 from .contract import Variant
 from .environment import run_shared
-from .measure import call_counts
+from .measure import TooManyOps, call_counts, cheaper_on_fake_tensors, counts_on_fake_tensors
 from .workload import Workload
 
 
@@ -54,10 +56,23 @@ class Plan:
         return {who for who, lengths in self.lengths.items() if n in lengths}
 
 
-def _counted(load: Workload) -> Cost:
-    call = load.train_step or load.forward  # a floor has no backward pass
-    flops, peak, ops = call_counts(call)
-    return Cost(flops=float(flops), bytes=float(peak), ops=float(ops))
+def _counted(load: Workload, max_ops: float | None, fresh: Callable[[], Workload] | None) -> tuple[Cost, float]:
+    """The cost of one forward+backward call (a floor's forward: it has no backward pass), and the seconds a real
+    call took to count (0: none was). With ``fresh`` (it makes another such callable), counted on fake tensors
+    where the call allows that, else on a fresh callable's real ones (the fake call may have left fake tensors in
+    what it keeps); a real call raises :class:`~zoo.measure.TooManyOps` past ``max_ops``."""
+    def cost(counts):
+        flops, peak, ops = counts
+        return Cost(flops=float(flops), bytes=float(peak), ops=float(ops))
+
+    if fresh is not None:
+        counts = counts_on_fake_tensors(load.train_step or load.forward)
+        if counts is not None:
+            return cost(counts), 0.0
+        load = fresh()
+    started = time.perf_counter()
+    counts = call_counts(load.train_step or load.forward, max_ops)
+    return cost(counts), time.perf_counter() - started
 
 
 def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:
@@ -98,16 +113,20 @@ def out_of_memory(exc: BaseException) -> bool:
         "can't allocate memory" in str(exc) or "out of memory" in str(exc)))
 
 
-def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int],
+def predict_costs(loads_at: Callable[..., Mapping[str, Workload]], lengths: Iterable[int],
                   claims: Mapping[str, tuple[float, float]] = {}, max_ops: float | None = None,
                   ) -> dict[str, dict[int, Cost]]:
     """Every callable's counted cost at the (up to) two smallest lengths, extrapolated to all of them;
     ``claims`` gives a callable's claimed (time, memory) exponents, used as the least slopes. A callable whose
     counting call runs out of memory is uncounted from that length on (the others are counted as usual). One
     whose ops at the smallest length already predict more than ``max_ops`` at the second is not counted there:
-    it is left out there anyway, and that count was the longest call of a plan (a token-by-token recurrence)."""
+    it is left out there anyway, and that count was the longest call of a plan (a token-by-token recurrence); one
+    that dispatches more than ``max_ops`` at the smallest is stopped there, and left out everywhere. The second
+    count is made on fake tensors where the first predicts that cheaper
+    (:func:`~zoo.measure.cheaper_on_fake_tensors`: the same counts)."""
     lengths = sorted(lengths)
     counted: dict[str, list[tuple[int, Cost]]] = {}
+    real: dict[str, list[tuple[int, float, int]]] = {}  # who -> (n, seconds, ops) of its real counts
     failed: dict[str, tuple[int, str]] = {}
     for n in lengths[:2]:
         for who, load in loads_at(n).items():
@@ -115,13 +134,22 @@ def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: It
             if who in failed or (max_ops is not None and counted[who]
                                  and in_proportion(n, [(m, c.ops) for m, c in counted[who]]) > max_ops):
                 continue
+            fresh = functools.partial(lambda n, who: loads_at(n, only={who})[who], n, who)
             try:
-                counted[who].append((n, _counted(load)))
+                cost, seconds = _counted(load, max_ops, fresh if cheaper_on_fake_tensors(real.get(who, []), n)
+                                         else None)
+            except TooManyOps as exc:
+                failed[who] = (n, f"{exc} at n={n} (a loop in Python): the profile's cap")
+                continue
             except (MemoryError, RuntimeError) as exc:
                 if not out_of_memory(exc):
                     raise
                 failed[who] = (n, f"one call at n={n} ran out of memory while its cost was counted (the worker's "
                                   "memory cap)")
+                continue
+            counted[who].append((n, cost))
+            if seconds:
+                real.setdefault(who, []).append((n, seconds, int(cost.ops)))
 
     def cost(who, points, n):
         if who in failed and n >= failed[who][0]:

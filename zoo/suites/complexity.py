@@ -2,14 +2,15 @@
 
 FLOPs (torch's FlopCounterMode formulas, with formulas for the fused CPU attention ops) and peak live tensor
 memory, counted in one dispatch mode (:class:`zoo.measure.Counters`), are deterministic, so the verdicts rest on
-them; on CPU a call is counted on fake tensors where it allows it (the same counts, no arithmetic:
-:func:`zoo.measure.counts_on_fake_tensors`). The time exponent comes from the speed suite. Shapes: the profile's
-complexity config (one head of 64 by default).
+them; on CPU a call is counted on fake tensors where it allows it and that is cheaper (the same counts, no
+arithmetic: :func:`zoo.measure.counts_on_fake_tensors`). The time exponent comes from the speed suite. Shapes: the
+profile's complexity config (one head of 64 by default).
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import pandas as pd
 import torch
@@ -19,7 +20,7 @@ from zoo import plots as plots_
 from zoo.board import best_known_rows, fmt_exp
 from zoo.contract import BEST_KNOWN_SLACK, COMPARATOR_LABELS, COMPARATORS
 from zoo.checks import FAILED, MEASURED, PASSED, SKIPPED, Check, Result
-from zoo.measure import call_counts, counts_on_fake_tensors
+from zoo.measure import call_counts, cheaper_on_fake_tensors, counts_on_fake_tensors
 from zoo.plan import plan_lengths, plan_rows
 from zoo.scaling import fit_exponent
 from zoo.suite import legacy_names
@@ -46,22 +47,20 @@ def _count(fn, device: str) -> tuple[int, int, int | None, int]:
     return flops, peak, allocator_peak, ops
 
 
-def _fake_counts(load, device: str, ops: list[int]) -> list[tuple[int, int, None, None]] | None:
-    """Both phases' counts on fake tensors (:func:`zoo.measure.counts_on_fake_tensors`), for a call whose
-    dispatched ops (``ops``: its forward+backward's at the lengths counted before) were the same at the last two
-    lengths: a fake call costs its ops, a real one its arithmetic, which grows with the length where the ops do not
-    (additive attention's tanh over every query, key and feature: 35 s of a quick run's counting); a loop over
-    tokens or chunks costs more on fake tensors than on real ones. None on CUDA, whose allocator's peak a real
-    call gives, where the ops grew, or where a phase cannot be counted so."""
-    if device != "cpu" or len(ops) < 2 or ops[-1] != ops[-2]:
+def _fake_counts(load, device: str, counted: list[tuple[int, float, int]], n: int) -> list[tuple] | None:
+    """Both phases' counts on fake tensors (:func:`zoo.measure.counts_on_fake_tensors`) where that is predicted
+    to cost less than real calls (:func:`zoo.measure.cheaper_on_fake_tensors`, from ``counted``: the callable's
+    real forward+backward counts so far, as (length, seconds, ops)). None on CUDA, whose allocator's peak a real
+    call gives, where real calls are cheaper, or where a phase cannot be counted so."""
+    if device != "cpu" or not cheaper_on_fake_tensors(counted, n):
         return None
-    counted = []
+    both = []
     for fn in (load.forward, load.train_step):
         counts = counts_on_fake_tensors(fn)
         if counts is None:
             return None
-        counted.append((*counts, None, None))
-    return counted
+        both.append((*counts[:2], None, None))
+    return both
 
 
 def measure(variant, profile):
@@ -70,7 +69,7 @@ def measure(variant, profile):
     peaks on a GPU, and an error row where the variant's output is not finite."""
     table: dict[tuple[str, str, str], dict[int, tuple[int, int]]] = {}
     extra: list[Result] = []
-    ops_counted: dict[tuple[str, str], list[int]] = {}  # (callable, mode) -> its real counts' ops, length by length
+    real: dict[tuple[str, str], list[tuple[int, float, int]]] = {}  # (callable, mode) -> (n, seconds, ops) per real count
     for mode in modes_for(variant, profile.of(SUITE).modes):
         def loads_at(n, only=None, mode=mode):  # baselines are compared in the non-causal mode only
             return self_attention_workloads(
@@ -94,14 +93,16 @@ def measure(variant, profile):
                 # both a steady call's figures, as the variant's are after its finiteness check (its first call)
                 if who != variant.name:
                     load.forward()
-                history = ops_counted.setdefault((who, mode), [])
-                counted = _fake_counts(load, profile.device, history)
+                history = real.setdefault((who, mode), [])
+                counted = _fake_counts(load, profile.device, history, n)
                 if counted is None:
-                    if len(history) >= 2 and history[-1] == history[-2]:  # a fake call failed: a fresh callable
-                        load = loads_at(n, only={who})[who]
+                    if profile.device == "cpu" and cheaper_on_fake_tensors(history, n):  # a fake call failed
+                        load = loads_at(n, only={who})[who]  # and may have left fake tensors in what it keeps
                         load.forward()
-                    counted = [_count(fn, profile.device) for fn in (load.forward, load.train_step)]
-                    history.append(counted[1][3])
+                    counted = [_count(load.forward, profile.device)]
+                    started = time.perf_counter()
+                    counted.append(_count(load.train_step, profile.device))
+                    history.append((n, time.perf_counter() - started, counted[1][3]))
                 for phase, (flops, peak, allocator_peak, _) in zip(PHASES, counted):
                     table.setdefault((who, mode, phase), {})[n] = (flops, peak)
                     if allocator_peak is not None:

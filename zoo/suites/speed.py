@@ -37,17 +37,17 @@ from zoo.workload import SDPA, comparator, modes_for, non_finite_output, self_at
 SUITE = "speed"
 MAX_CALL_OPS = 384_000.0
 """Ops dispatched per forward+backward call above which the plan leaves a callable out (in the full and smoke
-profiles; quick: :data:`QUICK_MAX_CALL_OPS`). Counted FLOPs do not see a loop in Python over tokens: Based's token-by-token recurrence (a baseline)
-took 44 s per forward+backward at n = 4096, 178 s at 8192 and 640 s at 16384 on the long board, most of its
-speed job's time. At n = 512 (d_model 512, 8 heads) the four token-by-token recurrences (Based, Gated DeltaNet,
-GLA, Mamba-2) dispatched 25,219 to 45,784 ops in one forward+backward, every other callable at most 6,826: the
-cap keeps each recurrence at n = 4096, where its target compares it, and leaves it out from 8192 on."""
-QUICK_MAX_CALL_OPS = 20_000.0
-"""The quick profile's cap: it times no loop in Python over more than a few hundred tokens. At n = 256 the
-recurrences dispatched 12,675 (GLA), 16,747 (Mamba-2), 17,586 (Based) and 23,000 (Gated DeltaNet) ops per
-forward+backward, at 512 from 25,219 up; the most of any other callable was 6,554 at 256 and 6,826 at 512 (Gated
-DeltaNet's chunked substitution). So three recurrences are timed at n = 256 only, and the quick run does not spend
-a fifth of its timed rounds on baselines whose target the long board judges."""
+profiles; quick: :data:`QUICK_MAX_CALL_OPS`). Counted FLOPs do not see a loop in Python over tokens: Based's
+token-by-token recurrence (a baseline) took 44 s per forward+backward at n = 4096, 178 s at 8192 and 640 s at 16384
+on the long board, most of its speed job's time. At n = 512 (d_model 512, 8 heads) the four token-by-token
+recurrences (Based, Gated DeltaNet, GLA, Mamba-2) dispatched 25,219 to 45,784 ops in one forward+backward, every
+other callable at most 6,826: the cap keeps each recurrence at n = 4096, where its target compares it, and leaves it
+out from 8192 on."""
+QUICK_MAX_CALL_OPS = 10_000.0
+"""The quick profile's cap: it times no loop in Python over tokens. At n = 256 the recurrences dispatched 12,675
+(GLA), 16,747 (Mamba-2), 17,586 (Based) and 23,000 (Gated DeltaNet) ops per forward+backward, at 512 from 25,219
+up; the most of any other callable was 6,554 at 256 and 6,826 at 512 (Gated DeltaNet's chunked substitution). Their
+targets are judged on the long board; the plan stops counting each at its 10,001st op."""
 PHASES = ("fwd", "fwd+bwd")
 ALLOCATOR_VARIABLES = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")
 
