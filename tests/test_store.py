@@ -5,6 +5,8 @@ import signal
 import sqlite3
 import textwrap
 
+import pandas as pd
+
 from conftest import KILL_THE_RUNNER, good_plugin, run_zoo
 from zoo.folder import BoardFolder
 from zoo.store import Store
@@ -198,3 +200,17 @@ def test_processes_adding_the_same_runs_at_once_add_each_once_without_an_error(t
     with sqlite3.connect(target) as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 6
         assert db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 6 * 200
+
+
+def test_a_runs_rows_read_for_some_suites_are_exactly_theirs(tmp_path):
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run({"name": "quick"}, {"cpu": "laptop"}, "2026-01-01 00:00:00")
+    for suite, values in (("speed", [1.0, 2.0]), ("correctness", [3.0]), ("inference", [4.0])):
+        store.record_job(run, "v", suite, "done", 1.0, {"card": {}},
+                         [{"check": "c", "status": "measured", "value": value} for value in values])
+    every = store.results(run)
+    some = store.results(run, ["speed", "inference"])
+    assert sorted(some.value) == [1.0, 2.0, 4.0]
+    pd.testing.assert_frame_equal(some.reset_index(drop=True),
+                                  every[every.suite.isin(["speed", "inference"])].reset_index(drop=True))
+    assert store.results(run, []).empty

@@ -381,13 +381,17 @@ class Store:
             row = db.execute(f"SELECT {column} FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return json.loads(row[0]) if row else {}
 
-    def results(self, run_id: str) -> pd.DataFrame:
-        """A run's rows, samples and params read back as lists and dicts (a read-only older store: without them)."""
+    def results(self, run_id: str, suites: Iterable[str] | None = None) -> pd.DataFrame:
+        """A run's rows (``suites``: only theirs), samples and params read back as lists and dicts (a read-only
+        older store: without them)."""
+        suites = None if suites is None else list(suites)
+        where = "" if suites is None else f" AND suite IN ({', '.join('?' * len(suites))})"
         with self._db() as db:
             present = _columns(db, "results")
             selected = ", ".join(f'"{c}"' if c in present else f'{_absent("results", c)} AS "{c}"'
                                  for c in RESULT_COLUMNS)
-            frame = pd.read_sql_query(f"SELECT {selected} FROM results WHERE run_id = ?", db, params=(run_id,))
+            frame = pd.read_sql_query(f"SELECT {selected} FROM results WHERE run_id = ?{where}", db,
+                                      params=(run_id, *(suites or ())))
         for column in ("n", "batch"):
             frame[column] = frame[column].astype("Int64")
         for column in ("samples", "params"):
