@@ -204,7 +204,7 @@ def run_speed(variant, profile):
             if stopped_by:
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                 continue
-            loads = loads_at(n, only=plan.at(n), peers=True)
+            loads = loads_at(n, only=plan.at(n), peers=profile.of(SUITE).peers)
             error = non_finite_output(loads, variant.name, mode, n, profile.dtype)
             if error:
                 yield error
@@ -893,11 +893,11 @@ def settle(settings: dict) -> dict:
     causal lengths are those of ``causal_lengths`` among the lengths (None: all; none left: the reference). A run
     stored before ``max_call_ops`` existed reads as one with the long cap (:data:`MAX_CALL_OPS`), so a full run
     shares a board with a new one of its settings: that cap leaves out only loops in Python over long sequences,
-    which no figure ranks."""
+    which no figure ranks; one stored before ``peers`` existed timed its peers."""
     lengths = tuple(sorted(set(settings["lengths"])))
     reference = settings["reference_length"] if settings["reference_length"] in lengths else max(lengths)
     causal = _causal_lengths(lengths, settings.get("causal_lengths"), reference)
-    return {"max_call_ops": MAX_CALL_OPS, **settings, "lengths": lengths, "reference_length": reference,
+    return {"max_call_ops": MAX_CALL_OPS, "peers": True, **settings, "lengths": lengths, "reference_length": reference,
             "causal_lengths": causal}
 
 
@@ -950,6 +950,9 @@ SUITE_DEFINITION = zoo.Suite(
         # baselines, floors and peers timed in both modes (False: only in the variant's primary mode, the other
         # timing the variant against the ops it is compared with)
         "baselines_in_every_mode": False,
+        # the plugins' peers timed too (other libraries' forms of the variant's math, FlexAttention's compiled
+        # one, whose first call compiles for seconds on a fresh machine): the quick profile leaves them to the full
+        "peers": False,
         # rounds per process (a figure pools the rounds of the run's processes: 2 in quick, 3 in full), each costing
         # every callable about round_seconds
         "repeats": 2, "round_seconds": 0.01,
@@ -958,8 +961,9 @@ SUITE_DEFINITION = zoo.Suite(
         "cell_seconds": 0.25,
         # the measurement plan (zoo.plan): a length is left out for a callable whose forward+backward call is
         # predicted, from counted FLOPs, memory and dispatched ops, to exceed these caps; no clock decides what is
-        # measured
-        "max_call_gflop": 100.0, "max_call_gib": 4.0, "max_call_ops": QUICK_MAX_CALL_OPS,
+        # measured; 1 GiB leaves the memory-bound broadcasts to the full profile (additive attention's naive
+        # baseline holds 1.51 GiB at n = 512 in one forward+backward, any other callable at most 0.18 GiB)
+        "max_call_gflop": 100.0, "max_call_gib": 1.0, "max_call_ops": QUICK_MAX_CALL_OPS,
         # a cell whose IQR exceeds this fraction of its median is re-measured (up to noise_retries times, adding
         # rounds) and, if still noisy, marked on the board
         "noise_threshold": 0.2, "noise_retries": 1,
@@ -974,13 +978,14 @@ SUITE_DEFINITION = zoo.Suite(
     },
     presets={
         "full": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "causal_lengths": None,
-                 "baselines_in_every_mode": True, "repeats": 4,
+                 "baselines_in_every_mode": True, "peers": True, "repeats": 4,
                  "round_seconds": 0.2, "cell_seconds": None, "max_call_gflop": 2500.0, "max_call_gib": 8.0,
                  "max_call_ops": MAX_CALL_OPS,
                  "call_limit_seconds": 60.0,
                  "reference_length": 4096},
-        "smoke": {"d_model": 64, "heads": 2, "lengths": (64, 128, 256), "repeats": 2, "round_seconds": 0.005,
-                  "reference_length": 256, "call_limit_seconds": None, "max_call_ops": MAX_CALL_OPS},
+        "smoke": {"d_model": 64, "heads": 2, "lengths": (64, 128, 256), "peers": True, "repeats": 2,
+                  "round_seconds": 0.005, "reference_length": 256, "call_limit_seconds": None,
+                  "max_call_ops": MAX_CALL_OPS},
     },
     legacy={"speed_batch": "batch", "speed_d_model": "d_model", "speed_heads": "heads", "speed_lengths": "lengths",
             "speed_modes": "modes", "repeats": "repeats", "round_seconds": "round_seconds",
