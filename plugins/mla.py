@@ -144,6 +144,14 @@ def explicit_decode(module, state, query, key, value, key_mask=None):
     return module.out_proj(merge_heads(out[..., :nope.shape[-1]])), state
 
 
+def prefill(module, query, key, value, key_mask=None):
+    """The prompt in the explicit form, as DeepSeek-V2 computes one: every position at once is compute-bound, and
+    up-projecting its keys and values once costs less than scoring a rank-wide latent per head (the absorbed form
+    also builds a rotary bias per head over every pair); its latents and rotary keys cached for the absorbed
+    steps."""
+    return explicit_decode(module, {}, query, key, value, key_mask)
+
+
 def _cached(module, state, query, key, key_mask):
     """The new positions' content and rotated queries, and the cache with their latents and rotary keys appended
     (at their positions after those it held), and how many positions it held before: what both decodes do first."""
@@ -208,10 +216,9 @@ def zoo_register_variants(register):
         baselines={"unpadded-values": unpadded_values},
         best_known="unpadded-values",
         flops=flops,
-        decoder=zoo.Decoder(prefill=lambda module, *inputs: decode(module, {}, *inputs), step=decode, growth="token",
-                            state_bytes=cache_bytes, baselines={"explicit-latent": zoo.Decoder(
-                                prefill=lambda module, *inputs: explicit_decode(module, {}, *inputs),
-                                step=explicit_decode, growth="token", state_bytes=cache_bytes)}),
+        decoder=zoo.Decoder(prefill=prefill, step=decode, growth="token", state_bytes=cache_bytes, baselines={
+            "explicit-latent": zoo.Decoder(prefill=prefill, step=explicit_decode, growth="token",
+                                           state_bytes=cache_bytes)}),
         targets=(
             zoo.Target("state-ratio", versus="mha-kv-cache", at_least=288 / 1024, at_most=288 / 1024, mode="causal",
                        phase="decode", note="at its defaults a cache of the latent (256) and the rotary key (32) per "
