@@ -88,10 +88,10 @@ def test_a_baseline_that_runs_out_of_memory_while_counted_is_left_out_from_there
     def too_big(n):
         if n >= 512:
             raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
-        return 1024
+        return 8 * MiB  # 128 MiB at n = 1024 if it grew with the square of the length: over the cap, so counted again
 
     loads = _loads({"v": lambda n: n * 1024, SDPA: lambda n: n * 1024, "quadratic": too_big})
-    plan = plan_lengths(loads, [256, 512, 1024], _variant(), {SDPA}, max_gflop=1e9, max_gib=1.0)
+    plan = plan_lengths(loads, [256, 512, 1024], _variant(), {SDPA}, max_gflop=1e9, max_gib=100 * MiB / 2 ** 30)
     assert plan.lengths["v"] == plan.lengths[SDPA] == [256, 512, 1024]
     assert plan.lengths["quadratic"] == [256]
     assert set(plan.left_out["quadratic"]) == {512, 1024}
@@ -185,3 +185,27 @@ def test_a_call_whose_arithmetic_outweighs_its_ops_is_counted_on_fake_tensors_fo
     assert seen["slow"] == [False, True]  # real at 256, fake at 512
     assert plan.lengths["slow"] == plan.lengths["v"] == [256, 512]  # 1 MiB at 1024 is over the cap for each
     assert plan.left_out["slow"][1024].startswith("variant not measured here: predicted 0.000977 GiB")
+
+
+def test_a_callable_whose_smallest_count_fits_every_length_as_attention_grows_is_counted_once():
+    """At the quick profile's two lengths most callables are far inside the caps: counted at the smallest length and
+    grown with the square of the length (its ops in proportion), they fit at the second, so the plan is made at
+    half the counting and is the same; one that might not fit is counted there."""
+    counted = []
+
+    def loads_at(n, only=None):
+        def tracked(who, size):
+            def step():
+                counted.append((who, n))
+                torch.empty(size, dtype=torch.uint8)
+
+            return Workload(forward=step, train_step=step)
+
+        loads = {"v": tracked("v", n * 64), SDPA: tracked(SDPA, n * 64), "big": tracked("big", n * 4096)}
+        return {who: load for who, load in loads.items() if only is None or who in only}
+
+    plan = plan_lengths(loads_at, [256, 512], _variant(), {SDPA}, max_gflop=1e9, max_gib=3 * MiB / 2 ** 30)
+    assert sorted(counted) == [("big", 256), ("big", 512), (SDPA, 256), ("v", 256)]  # big: 1 MiB, 4 MiB at most
+    assert plan.lengths == {"v": [256, 512], SDPA: [256, 512], "big": [256, 512]}  # counted: 2 MiB at 512
+    plan = plan_lengths(loads_at, [256, 512], _variant(), {SDPA}, max_gflop=1e9, max_gib=1.5 * MiB / 2 ** 30)
+    assert plan.lengths["big"] == [256] and "predicted 0.00195 GiB" in plan.left_out["big"][512]

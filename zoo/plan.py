@@ -113,26 +113,46 @@ def out_of_memory(exc: BaseException) -> bool:
         "can't allocate memory" in str(exc) or "out of memory" in str(exc)))
 
 
+GROWTH_BOUND = 2.0
+"""The steepest log-log slope of an attention callable's FLOPs and memory in the length (every query against every
+key); its ops grow at most in proportion (a loop over tokens)."""
+
+
+def bounded(n: int, counted_n: int, cost: Cost, least: tuple[float, float] = (0, 0)) -> Cost:
+    """What ``cost``, counted at ``counted_n``, grows to at ``n`` at most (:data:`GROWTH_BOUND`, or the claimed
+    exponents ``least`` where steeper)."""
+    scale = n / counted_n
+    return Cost(cost.flops * scale ** max(GROWTH_BOUND, least[0]), cost.bytes * scale ** max(GROWTH_BOUND, least[1]),
+                cost.ops * scale)
+
+
 def predict_costs(loads_at: Callable[..., Mapping[str, Workload]], lengths: Iterable[int],
                   claims: Mapping[str, tuple[float, float]] = {}, max_ops: float | None = None,
-                  ) -> dict[str, dict[int, Cost]]:
+                  fits: Callable[[Cost], bool] | None = None) -> dict[str, dict[int, Cost]]:
     """Every callable's counted cost at the (up to) two smallest lengths, extrapolated to all of them;
     ``claims`` gives a callable's claimed (time, memory) exponents, used as the least slopes. A callable whose
     counting call runs out of memory is uncounted from that length on (the others are counted as usual). One
     whose ops at the smallest length already predict more than ``max_ops`` at the second is not counted there:
     it is left out there anyway, and that count was the longest call of a plan (a token-by-token recurrence); one
-    that dispatches more than ``max_ops`` at the smallest is stopped there, and left out everywhere. The second
+    that dispatches more than ``max_ops`` at the smallest is stopped there, and left out everywhere. One whose
+    smallest count, grown as fast as attention's costs grow (:func:`bounded`), ``fits`` the caps at every length is
+    not counted again: the plan is the same, at half its counting (the quick profile's two lengths). The second
     count is made on fake tensors where the first predicts that cheaper
     (:func:`~zoo.measure.cheaper_on_fake_tensors`: the same counts)."""
     lengths = sorted(lengths)
     counted: dict[str, list[tuple[int, Cost]]] = {}
     real: dict[str, list[tuple[int, float, int]]] = {}  # who -> (n, seconds, ops) of its real counts
     failed: dict[str, tuple[int, str]] = {}
+    fitting: set[str] = set()  # counted once: within the caps wherever it grows to
     for n in lengths[:2]:
         for who, load in loads_at(n).items():
             counted.setdefault(who, [])
             if who in failed or (max_ops is not None and counted[who]
                                  and in_proportion(n, [(m, c.ops) for m, c in counted[who]]) > max_ops):
+                continue
+            if fits is not None and counted[who] and all(
+                    fits(bounded(m, *counted[who][0], claims.get(who, (0, 0)))) for m in lengths):
+                fitting.add(who)
                 continue
             fresh = functools.partial(lambda n, who: loads_at(n, only={who})[who], n, who)
             try:
@@ -155,6 +175,8 @@ def predict_costs(loads_at: Callable[..., Mapping[str, Workload]], lengths: Iter
         if who in failed and n >= failed[who][0]:
             return Cost(math.inf, math.inf, math.inf, failed[who][1])
         least = claims.get(who, (0, 0))
+        if who in fitting:
+            return bounded(n, *points[0], least)
         return Cost(extrapolate(n, [(m, c.flops) for m, c in points], least[0]),
                     extrapolate(n, [(m, c.bytes) for m, c in points], least[1]),
                     in_proportion(n, [(m, c.ops) for m, c in points]))
@@ -181,7 +203,7 @@ def plan_lengths(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Ite
     """The plan for one variant and its comparators and baselines (see the module's docstring)."""
     lengths = sorted(set(lengths))
     costs = predict_costs(loads_at, lengths, {variant.name: (variant.complexity.time, variant.complexity.memory)},
-                          max_ops)
+                          max_ops, lambda cost: over_caps(cost, max_gflop, max_gib, max_ops) is None)
     plan = Plan()
     for who in costs:
         plan.lengths[who], plan.left_out[who] = [], {}
