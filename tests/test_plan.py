@@ -1,10 +1,11 @@
 """The measurement plan is decided from counted costs, never from a clock: the same plan on every run,
 the comparators measured wherever the variant is, and a reason for every length left out."""
 
+import pytest
 import torch
 
 import zoo
-from conftest import minimal_variant
+from conftest import BUILTINS, minimal_variant
 from zoo.plan import plan_lengths, plan_rows
 from zoo.workload import SDPA, Workload
 
@@ -159,34 +160,6 @@ def test_a_run_stored_before_the_ops_cap_shares_a_board_with_a_run_of_the_same_s
         assert _comparable_settings(changed) != _comparable_settings(today)
 
 
-def test_a_call_whose_arithmetic_outweighs_its_ops_is_counted_on_fake_tensors_for_the_same_plan():
-    """A callable that took far longer per dispatched op than a fake op costs at the smallest length is counted on
-    fake tensors at the second (no arithmetic, the same counts); the others on real tensors."""
-    import time
-
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    seen = {}
-
-    def slow(n):
-        def step():
-            seen.setdefault("slow", []).append(isinstance(torch.empty(n * 1024, dtype=torch.uint8), FakeTensor))
-            if not seen["slow"][-1]:
-                time.sleep(0.05)  # arithmetic, as far as the rule can tell: 50 ms for one op
-
-        return Workload(forward=step, train_step=step)
-
-    def loads_at(n, only=None):
-        loads = {**_loads({"v": lambda n: n * 1024, SDPA: lambda n: n * 1024})(n, only), "slow": slow(n)}
-        return {who: load for who, load in loads.items() if only is None or who in only}
-
-    lengths = [256, 512, 1024]
-    plan = plan_lengths(loads_at, lengths, _variant(), {SDPA}, max_gflop=1e9, max_gib=0.75 * MiB / 2 ** 30)
-    assert seen["slow"] == [False, True]  # real at 256, fake at 512
-    assert plan.lengths["slow"] == plan.lengths["v"] == [256, 512]  # 1 MiB at 1024 is over the cap for each
-    assert plan.left_out["slow"][1024].startswith("variant not measured here: predicted 0.000977 GiB")
-
-
 def test_a_callable_whose_smallest_count_fits_every_length_as_attention_grows_is_counted_once():
     """At the quick profile's two lengths most callables are far inside the caps: counted at the smallest length and
     grown with the square of the length (its ops in proportion), they fit at the second, so the plan is made at
@@ -209,3 +182,27 @@ def test_a_callable_whose_smallest_count_fits_every_length_as_attention_grows_is
     assert plan.lengths == {"v": [256, 512], SDPA: [256, 512], "big": [256, 512]}  # counted: 2 MiB at 512
     plan = plan_lengths(loads_at, [256, 512], _variant(), {SDPA}, max_gflop=1e9, max_gib=1.5 * MiB / 2 ** 30)
     assert plan.lengths["big"] == [256] and "predicted 0.00195 GiB" in plan.left_out["big"][512]
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_each_built_ins_plan_counting_once_where_the_bound_fits_is_the_plan_counting_twice(registry, name, monkeypatch):
+    """Where the first count bounds a callable within the caps at every length, the plan skips its second count:
+    that must never change the plan. Each built-in's, with its baselines and floors, at caps under which most
+    callables are counted once and some are left out (the recurrences over the ops cap, additive attention's naive
+    broadcast over the memory cap at the longest length, MLA over the FLOP cap there)."""
+    import zoo.plan
+    from zoo.workload import self_attention_workloads
+
+    variant = registry.variant(name)
+
+    def loads_at(n, only=None):
+        return self_attention_workloads(variant, batch=1, d_model=32, heads=2, n=n, causal=False, seed=0,
+                                        floors=True, only=only)
+
+    def plan():
+        return plan_lengths(loads_at, [32, 64, 256], variant, {SDPA}, max_gflop=0.2, max_gib=4 * MiB / 2 ** 30,
+                            max_ops=3000)
+
+    once = plan()
+    monkeypatch.setattr(zoo.plan, "GROWTH_BOUND", 60.0)  # nothing fits: every callable counted at both lengths
+    assert plan() == once

@@ -3,8 +3,9 @@
 The rule is the same for every variant and every callable it is compared with, and it reads no
 clock, so the machine's load cannot change which figures exist. Each callable's FLOPs, peak live
 tensor memory and dispatched ops for one forward+backward call are counted (deterministic counters) at
-the two smallest lengths; a log-log line through them (for the variant, at least as steep as its claimed
-exponents) predicts FLOPs and memory at every length, and ops grow in proportion to the length. Ops are
+the two smallest lengths (the second only where the first does not already bound it within the caps);
+a log-log line through them (for the variant, at least as steep as its claimed exponents) predicts
+FLOPs and memory at every length, and ops grow in proportion to the length. Ops are
 what a loop in Python over tokens costs: a token-by-token recurrence does few FLOPs, yet at n = 16384 one
 forward+backward of one took minutes. Then:
 
@@ -20,16 +21,14 @@ Every length left out gets a reason, which the leaderboard shows.
 
 from __future__ import annotations
 
-import functools
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from .checks import SKIPPED, Result
 from .contract import Variant
 from .environment import run_shared
-from .measure import TooManyOps, call_counts, cheaper_on_fake_tensors, counts_on_fake_tensors
+from .measure import TooManyOps, call_counts
 from .workload import Workload
 
 
@@ -56,23 +55,11 @@ class Plan:
         return {who for who, lengths in self.lengths.items() if n in lengths}
 
 
-def _counted(load: Workload, max_ops: float | None, fresh: Callable[[], Workload] | None) -> tuple[Cost, float]:
-    """The cost of one forward+backward call (a floor's forward: it has no backward pass), and the seconds a real
-    call took to count (0: none was). With ``fresh`` (it makes another such callable), counted on fake tensors
-    where the call allows that, else on a fresh callable's real ones (the fake call may have left fake tensors in
-    what it keeps); a real call raises :class:`~zoo.measure.TooManyOps` past ``max_ops``."""
-    def cost(counts):
-        flops, peak, ops = counts
-        return Cost(flops=float(flops), bytes=float(peak), ops=float(ops))
-
-    if fresh is not None:
-        counts = counts_on_fake_tensors(load.train_step or load.forward)
-        if counts is not None:
-            return cost(counts), 0.0
-        load = fresh()
-    started = time.perf_counter()
-    counts = call_counts(load.train_step or load.forward, max_ops)
-    return cost(counts), time.perf_counter() - started
+def _counted(load: Workload, max_ops: float | None) -> Cost:
+    """The cost of one forward+backward call (a floor's forward: it has no backward pass);
+    :class:`~zoo.measure.TooManyOps` once it dispatches more than ``max_ops``."""
+    flops, peak, ops = call_counts(load.train_step or load.forward, max_ops)
+    return Cost(flops=float(flops), bytes=float(peak), ops=float(ops))
 
 
 def extrapolate(n: int, points: list[tuple[int, float]], floor: float = 0.0) -> float:
@@ -126,7 +113,7 @@ def bounded(n: int, counted_n: int, cost: Cost, least: tuple[float, float] = (0,
                 cost.ops * scale)
 
 
-def predict_costs(loads_at: Callable[..., Mapping[str, Workload]], lengths: Iterable[int],
+def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int],
                   claims: Mapping[str, tuple[float, float]] = {}, max_ops: float | None = None,
                   fits: Callable[[Cost], bool] | None = None) -> dict[str, dict[int, Cost]]:
     """Every callable's counted cost at the (up to) two smallest lengths, extrapolated to all of them;
@@ -134,14 +121,13 @@ def predict_costs(loads_at: Callable[..., Mapping[str, Workload]], lengths: Iter
     counting call runs out of memory is uncounted from that length on (the others are counted as usual). One
     whose ops at the smallest length already predict more than ``max_ops`` at the second is not counted there:
     it is left out there anyway, and that count was the longest call of a plan (a token-by-token recurrence); one
-    that dispatches more than ``max_ops`` at the smallest is stopped there, and left out everywhere. One whose
+    that dispatches more than ``max_ops`` in a count is stopped there, and left out from that length on. One whose
     smallest count, grown as fast as attention's costs grow (:func:`bounded`), ``fits`` the caps at every length is
-    not counted again: the plan is the same, at half its counting (the quick profile's two lengths). The second
-    count is made on fake tensors where the first predicts that cheaper
-    (:func:`~zoo.measure.cheaper_on_fake_tensors`: the same counts)."""
+    not counted again: where the bound holds, its second count could not leave any length out (a test holds the
+    built-ins' plans to those made counting twice). At the quick profile's two lengths that spares most callables
+    their second count, the dearer one."""
     lengths = sorted(lengths)
     counted: dict[str, list[tuple[int, Cost]]] = {}
-    real: dict[str, list[tuple[int, float, int]]] = {}  # who -> (n, seconds, ops) of its real counts
     failed: dict[str, tuple[int, str]] = {}
     fitting: set[str] = set()  # counted once: within the caps wherever it grows to
     for n in lengths[:2]:
@@ -154,22 +140,15 @@ def predict_costs(loads_at: Callable[..., Mapping[str, Workload]], lengths: Iter
                     fits(bounded(m, *counted[who][0], claims.get(who, (0, 0)))) for m in lengths):
                 fitting.add(who)
                 continue
-            fresh = functools.partial(lambda n, who: loads_at(n, only={who})[who], n, who)
             try:
-                cost, seconds = _counted(load, max_ops, fresh if cheaper_on_fake_tensors(real.get(who, []), n)
-                                         else None)
+                counted[who].append((n, _counted(load, max_ops)))
             except TooManyOps as exc:
                 failed[who] = (n, f"{exc} at n={n} (a loop in Python): the profile's cap")
-                continue
             except (MemoryError, RuntimeError) as exc:
                 if not out_of_memory(exc):
                     raise
                 failed[who] = (n, f"one call at n={n} ran out of memory while its cost was counted (the worker's "
                                   "memory cap)")
-                continue
-            counted[who].append((n, cost))
-            if seconds:
-                real.setdefault(who, []).append((n, seconds, int(cost.ops)))
 
     def cost(who, points, n):
         if who in failed and n >= failed[who][0]:

@@ -47,20 +47,22 @@ def _count(fn, device: str) -> tuple[int, int, int | None, int]:
     return flops, peak, allocator_peak, ops
 
 
-def _fake_counts(load, device: str, counted: list[tuple[int, float, int]], n: int) -> list[tuple] | None:
-    """Both phases' counts on fake tensors (:func:`zoo.measure.counts_on_fake_tensors`) where that is predicted
-    to cost less than real calls (:func:`zoo.measure.cheaper_on_fake_tensors`, from ``counted``: the callable's
-    real forward+backward counts so far, as (length, seconds, ops)). None on CUDA, whose allocator's peak a real
-    call gives, where real calls are cheaper, or where a phase cannot be counted so."""
+def _fake_counts(load, device: str, counted: list[tuple[int, float, int]], n: int) -> tuple[list | None, bool]:
+    """Both phases' counts on fake tensors (:func:`zoo.measure.counts_on_fake_tensors`) where that is predicted to
+    cost less than real calls (:func:`zoo.measure.cheaper_on_fake_tensors`, from ``counted``: the callable's real
+    forward+backward counts so far, as (length, seconds, ops)), after a real warm call (what a callable builds once
+    and keeps is real); and whether they were tried. None on CUDA, whose allocator's peak a real call gives, where
+    real calls are cheaper, or where a phase cannot be counted so (then count a fresh callable: this one may hold
+    fake tensors)."""
     if device != "cpu" or not cheaper_on_fake_tensors(counted, n):
-        return None
+        return None, False
     both = []
     for fn in (load.forward, load.train_step):
         counts = counts_on_fake_tensors(fn)
         if counts is None:
-            return None
+            return None, True
         both.append((*counts[:2], None, None))
-    return both
+    return both, True
 
 
 def measure(variant, profile):
@@ -94,10 +96,10 @@ def measure(variant, profile):
                 if who != variant.name:
                     load.forward()
                 history = real.setdefault((who, mode), [])
-                counted = _fake_counts(load, profile.device, history, n)
+                counted, tried = _fake_counts(load, profile.device, history, n)
                 if counted is None:
-                    if profile.device == "cpu" and cheaper_on_fake_tensors(history, n):  # a fake call failed
-                        load = loads_at(n, only={who})[who]  # and may have left fake tensors in what it keeps
+                    if tried:  # a fake call failed, and may have left fake tensors in what the callable keeps
+                        load = loads_at(n, only={who})[who]
                         load.forward()
                     counted = [_count(load.forward, profile.device)]
                     started = time.perf_counter()
