@@ -157,7 +157,7 @@ HELD_BACK_FOLDER = "held-back"  # where a held-back run's own board is written, 
 def run_noise(store: Store, run_id: str, suites: dict[str, Suite]) -> pd.Series:
     """The relative spread of every cell ``run_id`` timed, from each suite that says what its noise is."""
     noisy = {name: suite for name, suite in suites.items() if suite.noise is not None}
-    rows = store.results(run_id, noisy)  # only theirs: the committed board's runs hold 241,564 rows in all
+    rows = store.results(run_id, noisy)  # only theirs: a board's runs hold far more rows of the other suites
     parts = [suite.noise(rows[rows.suite == name]) for name, suite in noisy.items()]
     parts = [part for part in parts if len(part)]
     return pd.concat(parts) if parts else pd.Series(dtype=float)

@@ -384,7 +384,7 @@ class Store:
     def results(self, run_id: str, suites: Iterable[str] | None = None) -> pd.DataFrame:
         """A run's rows (``suites``: only theirs), samples and params read back as lists and dicts (a read-only
         older store: without them)."""
-        suites = None if suites is None else list(suites)
+        suites = None if suites is None else [suites] if isinstance(suites, str) else list(suites)
         where = "" if suites is None else f" AND suite IN ({', '.join('?' * len(suites))})"
         with self._db() as db:
             present = _columns(db, "results")

@@ -204,7 +204,7 @@ def run_speed(variant, profile):
             if stopped_by:
                 yield Result("time", SKIPPED, f"{mode} n={n}", detail=stopped_by, n=n, mode=mode)
                 continue
-            loads = loads_at(n, only=plan.at(n), peers=profile.of(SUITE).peers)
+            loads = loads_at(n, only=plan.at(n), peers=getattr(profile.of(SUITE), "peers", True))
             error = non_finite_output(loads, variant.name, mode, n, profile.dtype)
             if error:
                 yield error
@@ -775,10 +775,11 @@ def section(board) -> zoo.Section:
                                      + (f"; approx. error {error:.2f}" if error is not None else ""))
                 rows.append(row)
     extra = []
+    peers_timed = getattr(board.settings_of(SUITE), "peers", True)  # a run stored before the setting timed them
     for variant in variants:
         mine = board.rows(variant=variant)
         mine = mine[mine.check == "time-ratio"]
-        peers = set(board.card(variant).get("peers", []))
+        peers = set(board.card(variant).get("peers", [])) if peers_timed else set()
         for who in sorted((set(mine.versus) | peers) - {_versus(board, variant), best_known(board.card(variant))}):
             for mode in ("full", "causal"):
                 for phase in PHASES:
@@ -851,7 +852,9 @@ def section(board) -> zoo.Section:
                   "the variant cannot avoid, timed in the forward pass only; a *peer* is another library's "
                   "implementation of the same function, timed in the forward pass after a first call that is not "
                   "timed, whose output agreed with the variant's; its first call, where compilation happens, is "
-                  "given beside its ratio; *varies*: the ratio's interval reaches farther from it than half the run's threshold)."])]
+                  "given beside its ratio; *varies*: the ratio's interval reaches farther from it than half the run's threshold)."
+                  + ("" if peers_timed else " This board's profile times no peer: the full profile does (the long "
+                                            "board).")])]
     if sweeps:
         tables.append(zoo.Table("Approximation error against the plugin's own options", [], sweeps, note=[
             "Each approximation's normalised error (0 exact, 1 = each query's mean of the values) at the values of "
