@@ -216,7 +216,7 @@ def counts_on_fake_tensors(fn: Callable[[], object]) -> tuple[int, int, int] | N
 
 FAKE_SECONDS_PER_OP = 5e-4
 """About what an op costs on fake tensors under the counters here (2-core AMD EPYC, one thread): a chunked additive
-attention's forward+backward, 2,652 ops, took 1.0-1.5 s counted so at n = 1024 to 4096 (0.7-0.9 s on fake tensors
+attention's forward+backward, 2,652 ops, took 1.1-1.7 s counted so at n = 1024 to 4096 (0.7-0.9 s on fake tensors
 alone); a call's first fake ops cost more (making its inputs and weights fake)."""
 
 
@@ -225,7 +225,7 @@ def cheaper_on_fake_tensors(counted: list[tuple[int, float, int]], n: int) -> bo
     real counted calls at shorter lengths (``counted``: (length, seconds, ops) each): the seconds and the ops each
     extrapolated along the log-log line through the last two (from one: both in proportion to the length), a fake
     op at :data:`FAKE_SECONDS_PER_OP`. Additive attention's arithmetic grows with the square of the length while its
-    ops do not (its counts took 26 s of a quick complexity job on fake tensors at every length from 1024, more than
+    ops do not (faked at every length from 1024, its counts took 26 s of a profiled quick complexity job, more than
     the real calls they replaced below 4096); a loop over tokens or chunks dispatches thousands of cheap ops, dearer
     faked. Only the cost depends on the choice, never the counts."""
     if not counted:
