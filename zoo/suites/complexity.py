@@ -71,7 +71,7 @@ def measure(variant, profile):
     peaks on a GPU, and an error row where the variant's output is not finite."""
     table: dict[tuple[str, str, str], dict[int, tuple[int, int]]] = {}
     extra: list[Result] = []
-    real: dict[tuple[str, str], list[tuple[int, float, int]]] = {}  # (callable, mode) -> (n, seconds, ops) per real count
+    real: dict[tuple[str, str], list[tuple[int, float, int]]] = {}  # (callable, mode) -> (n, seconds, ops) counted
     for mode in modes_for(variant, profile.of(SUITE).modes):
         def loads_at(n, only=None, mode=mode):  # baselines are compared in the non-causal mode only
             return self_attention_workloads(
