@@ -162,8 +162,8 @@ def test_a_run_stored_before_the_ops_cap_shares_a_board_with_a_run_of_the_same_s
 
 def test_a_callable_whose_smallest_count_fits_every_length_as_attention_grows_is_counted_once():
     """At the quick profile's two lengths most callables are far inside the caps: counted at the smallest length and
-    grown with the square of the length (its ops in proportion), they fit at the second, so the plan is made at
-    half the counting and is the same; one that might not fit is counted there."""
+    grown with the square of the length (its ops in proportion), they fit at the second, so the plan is made
+    without their second counts and is the same; one that might not fit is counted there."""
     counted = []
 
     def loads_at(n, only=None):
