@@ -191,13 +191,6 @@ def peak_memory(fn: Callable[[], object]) -> int:
     return counter.peak
 
 
-def flops_and_peak_memory(fn: Callable[[], object]) -> tuple[int, int]:
-    """:func:`count_flops` and :func:`peak_memory` of one call of ``fn`` in one pass: a counted call runs every op
-    through Python, so counting twice costs a second such call."""
-    flops, peak, _ = call_counts(fn)
-    return flops, peak
-
-
 def counts_on_fake_tensors(fn: Callable[[], object]) -> tuple[int, int, int] | None:
     """:func:`call_counts` of one call of ``fn`` on CPU, run on fake tensors (torch's ``FakeTensorMode``: each op
     makes its result's shape, dtype and strides, and no values), so a call costs its dispatch and no arithmetic:
