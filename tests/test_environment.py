@@ -67,3 +67,30 @@ def test_a_run_shared_value_is_made_by_its_first_process_and_read_back_alike_by_
     other = run_shared("bandwidth", make(5.5), tuple)
     assert first == later == (3.5, 2048) and other == (5.5, 2048) and made == [3.5, 5.5]
     assert sorted(path.suffix for path in tmp_path.iterdir()) == [".json", ".json"]  # no staging file left
+
+
+def test_a_value_made_once_in_a_run_is_read_back_by_later_processes_within_the_runs_budget(tmp_path, monkeypatch):
+    import torch
+
+    from zoo.environment import RUN_CACHE, made_once_in_run
+
+    made = []
+
+    def make(value):
+        return lambda: made.append(value) or {"cache": torch.full((4, 8), float(value)), "length": value}
+
+    monkeypatch.delenv(RUN_CACHE, raising=False)
+    state, here = made_once_in_run("state", make(1), 2 ** 20)
+    assert here and state["length"] == 1 and made == [1]  # no shared folder: every call makes its own
+    monkeypatch.setenv(RUN_CACHE, str(tmp_path))
+    first, here_first = made_once_in_run("state", make(2), 2 ** 20)
+    later, here_later = made_once_in_run("state", make(3), 2 ** 20)
+    assert here_first and not here_later and made == [1, 2]
+    assert torch.equal(later["cache"], first["cache"]) and later["length"] == 2
+    assert later["cache"].data_ptr() != first["cache"].data_ptr()  # a copy of its own, to advance on its own
+    big, _ = made_once_in_run("too big", make(4), 100)  # over what the run keeps: made again by each process
+    again, here_again = made_once_in_run("too big", make(5), 100)
+    unsaved, _ = made_once_in_run("unsaved", lambda: made.append(6) or (lambda: 0), 2 ** 20)  # cannot be saved
+    _, here_unsaved = made_once_in_run("unsaved", lambda: made.append(7) or (lambda: 0), 2 ** 20)
+    assert here_again and here_unsaved and made == [1, 2, 4, 5, 6, 7]
+    assert sorted(path.name.startswith("made-") for path in tmp_path.iterdir()) == [True]  # nothing staged left

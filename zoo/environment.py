@@ -85,6 +85,36 @@ def run_shared(key: str, make: Callable[[], object], decode: Callable[[object], 
     return decode(json.loads(text))
 
 
+def made_once_in_run(key: str, make: Callable[[], object], budget_bytes: int) -> tuple[object, bool]:
+    """``make()``'s value (tensors in any nesting ``torch.save`` takes), made once in a run: a process that finds it
+    in the run's shared folder (:data:`RUN_CACHE`) reads it back, else makes it and leaves it there for the run's
+    other processes while every file left so stays within ``budget_bytes``; and whether it was made here. A value
+    that cannot be saved or read back is made in each process. Without the folder every call makes its own.
+    Deterministic values only: a process that reads one gets what it would have made."""
+    import torch
+
+    folder = os.environ.get(RUN_CACHE)
+    path = folder and Path(folder) / f"made-{hashlib.sha256(key.encode()).hexdigest()[:32]}.pt"
+    if path and path.exists():
+        try:
+            return torch.load(path, weights_only=False), False  # the run's own file, written just below
+        except Exception:  # noqa: BLE001 - unreadable (a torn write cannot be: it is renamed into place whole)
+            pass
+    value = make()
+    if path and budget_bytes > 0:
+        staging = path.with_name(f"{path.name}.{os.getpid()}")
+        try:
+            torch.save(value, staging)
+            used = sum(file.stat().st_size for file in Path(folder).glob("made-*.pt"))
+            if used + staging.stat().st_size <= budget_bytes:
+                os.replace(staging, path)
+        except Exception:  # noqa: BLE001 - not picklable, or no room: the others make their own
+            pass
+        finally:
+            staging.unlink(missing_ok=True)
+    return value, True
+
+
 def counted_once(key: str, count: Callable[[], object], call: Callable[[], object]):
     """``count()`` (a deterministic count that also makes the call it counts) once in a run, shared as
     :func:`run_shared` shares it; a process that reads the count makes ``call()`` plainly instead, so what the call

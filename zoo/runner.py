@@ -38,10 +38,25 @@ from .store import Store
 SCRATCH_PREFIX = "zoo-worker-"  # + the runner's pid: a folder whose runner died (kill -9) is removed next run
 
 
+def shared_parent() -> str | None:
+    """Where a run's shared folder (:data:`zoo.environment.RUN_CACHE`) goes: in memory (``/dev/shm``) where the
+    machine has it, so what one timing process leaves there for the next (the inference suite's prefilled states,
+    hundreds of MiB) is never written back to a disk while a later one is timed; else the temporary directory."""
+    memory = Path("/dev/shm")
+    return str(memory) if memory.is_dir() and os.access(memory, os.W_OK | os.X_OK) else None
+
+
+def run_folder() -> tempfile.TemporaryDirectory:
+    """The folder a local run's workers share, removed as the run ends."""
+    return tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-run-", dir=shared_parent())
+
+
 def remove_stale_scratch() -> list[Path]:
-    """Remove worker folders left in the temporary directory by runners that no longer exist."""
+    """Remove worker and run folders left in the temporary directory or in memory by runners that no longer
+    exist."""
     removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+    parents = dict.fromkeys(Path(parent) for parent in (tempfile.gettempdir(), shared_parent()) if parent)
+    for folder in (folder for parent in parents for folder in parent.glob(f"{SCRATCH_PREFIX}*-*")):
         pid = folder.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
         if not pid.isdigit() or _alive(int(pid)):
             continue
@@ -147,7 +162,7 @@ class LocalExecutor:
                 failed.add((record["variant"], record["suite"]))
             on_job(record)
 
-        with CtrlC() as ctrl_c, tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-run-") as shared, \
+        with CtrlC() as ctrl_c, run_folder() as shared, \
                 Launcher(worker_env(shared), Path(shared) / "launcher.txt") as launcher:
             if beside:
                 self._side_by_side(beside, on_check, noting, ctrl_c, shared, launcher)

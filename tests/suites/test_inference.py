@@ -370,3 +370,46 @@ def test_the_section_says_what_fraction_of_a_step_at_batch_1_is_overhead_for_fix
     [line] = [p for p in section(Board.of(store, run, registry.suites)).text if p.startswith("Overhead at batch 1")]
     assert f"fixed-state variants, median {overhead['linear']} of a step (from {overhead['linear']}, linear" in line
     assert f"cache decoders (a state that grows with the context, or is the context), median {overhead['dot-product']}" in line
+
+
+def test_a_later_process_of_a_run_reads_back_the_states_the_first_prefilled_and_times_the_same_cells(
+        registry, tmp_path, monkeypatch):
+    """A further process does not prefill again where the run kept the first's states: its cells, counted states and
+    steps are the first's, only the prefill time is the first process's alone; the decoder baseline that shares the
+    variant's prefill (MLA's explicit form) and the shortest prompt's decode start from the state prefilled once;
+    the standard decode's cache of a cell is projected once for every variant of its kind."""
+    import dataclasses
+
+    from zoo.environment import RUN_CACHE
+
+    variant = registry.variant("mla")
+    prefills = []
+
+    def counted(module, *inputs):
+        prefills.append(inputs[0].shape[:2])
+        return variant.decoder.prefill(module, *inputs)
+
+    explicit = dataclasses.replace(variant.decoder.baselines["explicit-latent"], prefill=counted)
+    counting = dataclasses.replace(variant, decoder=dataclasses.replace(
+        variant.decoder, prefill=counted, baselines={"explicit-latent": explicit}))
+    profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
+    projected = []  # the standard decode's prompts projected into its cache (its steps project one token)
+    project = StandardDecode._project
+    monkeypatch.setattr(StandardDecode, "_project", lambda self, x, index: projected.append(x.shape[1]) or project(
+        self, x, index) if x.shape[1] > 1 else project(self, x, index))
+    monkeypatch.setenv(RUN_CACHE, str(tmp_path))
+    first = list(run_inference(counting, profile))
+    assert sorted(prefills) == [(1, 64), (1, 128)]  # each prompt once, for the variant, its baseline and the growth
+    assert sorted(projected) == [64, 64, 128, 128]  # keys and values, once per cell
+    later = list(run_inference(counting, profile))
+    other_layer = list(run_inference(registry.variant("multi-head"), profile))  # the same standard decode's cells
+    assert len(prefills) == 2 and len(projected) == 4
+    assert {r.n for r in other_layer if r.check == "decode-time" and r.versus == MHA_CACHE} == {64, 128}
+    assert [r.check for r in first if r.check == "prefill-time"] == ["prefill-time"] * 2
+    assert not [r for r in later if r.check == "prefill-time"]
+    key = lambda rows: sorted((r.check, r.versus, r.n, r.value) for r in rows if r.check in ("state-bytes", "step-bytes"))
+    assert key(later) == key(first)
+    timed = lambda rows: sorted((r.versus, r.n, len(r.samples)) for r in rows if r.check == "decode-time")
+    assert timed(later) == timed(first) and len(timed(first)) == 2 * 3  # the variant, its baseline, the standard
+    [prefill] = [r for r in combine(counting, profile, [first, later]) if r.check == "prefill-time" and r.n == 128]
+    assert prefill.samples == [next(r.value for r in first if r.check == "prefill-time" and r.n == 128)]

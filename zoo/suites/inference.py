@@ -10,7 +10,9 @@ physical limit. How much a step grows with the context is measured the same way:
 shortest context, the variant's decode after the shortest prompt takes turns with its decode after the cell's.
 Which cells are timed is fixed before timing (predicted prefill FLOPs and state bytes against
 the profile's caps). The check is repeated in the run's fresh processes and its figures combined
-(:mod:`zoo.timing`), as the speed suite's are.
+(:mod:`zoo.timing`), as the speed suite's are; a later process reads back the states the first prefilled, where the
+run kept them (:data:`SHARED_STATES_BYTES`), and times the same steps from them, so a prefill's time is the first
+process's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from zoo import decoding
 from zoo import plots as plots_
 from zoo.board import Footnotes, fmt_g, fmt_x
 from zoo.checks import ERROR, MEASURED, SKIPPED, Check, Result, describe_exception
-from zoo.environment import counted_once, run_shared
+from zoo.environment import counted_once, made_once_in_run, run_shared
 from zoo.measure import bytes_read, count_flops
 from zoo.plan import extrapolate, loglog_slope, out_of_memory
 from zoo.timing import figure, strays
@@ -94,12 +96,19 @@ class StandardDecode:
         out = out.transpose(1, 2).reshape(out.shape[0], -1, self.d_model)
         return out if self.mha is None else self.mha.out_proj(out)
 
-    def fill(self, key, value):
+    def fill(self, key, value, shared_as: str | None = None):
         """The prompt's keys and values into the cache, nothing else: what the steps it is timed by need (its
-        attention over the prompt would cost what a softmax prefill costs, for every variant it is compared with)."""
+        attention over the prompt would cost what a softmax prefill costs, for every variant it is compared with).
+        ``shared_as``: a key the projected prompt is made under once in a run (:func:`made_once_in_run`), for every
+        variant's cells of the same shapes alike (the same weights and prompt, from the same seed)."""
         t = key.shape[1]
-        self.keys[:, :, :t] = self._heads(self._project(key, 1))
-        self.values[:, :, :t] = self._heads(self._project(value, 2))
+
+        def project():
+            return self._heads(self._project(key, 1)), self._heads(self._project(value, 2))
+
+        keys, values = made_once_in_run(shared_as, project, SHARED_STATES_BYTES)[0] if shared_as else project()
+        self.keys[:, :, :t] = keys
+        self.values[:, :, :t] = values
         self.length = t
 
     def step(self, query, key, value, context: bool):
@@ -232,16 +241,19 @@ def _cell(variant, settings, profile, batch: int, context: int, shortest: int | 
                               context + (0 if decoder.context else steps), device, dtype)
     prompt = _prompt(settings, profile, batch, context).clone()  # the decoder's own: it may keep it
     tokens = [torch.randn(batch, 1, settings.d_model, generator=generator).to(device, dtype) for _ in range(steps)]
+
+    def prefilled(label, other, prompt):  # a decoder baseline with the variant's own prefill starts from its state
+        same = variant.name if other.prefill is decoder.prefill else label
+        return _prefilled(f"prefill|{variant.name}|{same}|{batch}|{prompt.shape[1]}|{profile!r}", other, module, prompt)
+
     with torch.no_grad():
-        started = synchronized_clock()
         try:
-            state = _prefill(decoder, module, prompt)
+            state, prefill_seconds = prefilled(variant.name, decoder, prompt)
         except Exception as exc:
             if out_of_memory(exc):
                 raise PromptTooLarge(describe_exception(exc)) from exc
             raise
-        prefill_seconds = synchronized_clock() - started
-        standard.fill(prompt, prompt)
+        standard.fill(prompt, prompt, shared_as=f"standard|{STANDARD[variant.kind]}|{batch}|{context}|{profile!r}")
 
         def theirs(token):
             standard.step(token, token, token, decoder.context)
@@ -250,13 +262,13 @@ def _cell(variant, settings, profile, batch: int, context: int, shortest: int | 
         dropped = {}
         for label, other in decoder.baselines.items():  # the plugin's other decodes, each from its own prefill
             try:
-                calls[label] = _stepper(other, module, _prefill(other, module, prompt.clone()))
+                calls[label] = _stepper(other, module, prefilled(label, other, prompt.clone())[0])
             except Exception as exc:  # a baseline that fails costs its own figures, not the variant's cell
                 dropped[label] = exc
         if shortest is not None:
             shorter = _prompt(settings, profile, batch, shortest).clone()
             try:
-                calls[SHORTEST] = _stepper(decoder, module, _prefill(decoder, module, shorter))
+                calls[SHORTEST] = _stepper(decoder, module, prefilled(variant.name, decoder, shorter)[0])
             except Exception as exc:  # costs the growth figure only
                 dropped[SHORTEST] = exc
         state_bytes = {variant.name: decoding.counted_bytes(state), STANDARD[variant.kind]: standard.state_bytes()}
@@ -298,6 +310,27 @@ def _prefill(decoder, module, prompt) -> dict:
     """The state a decoder's prefill of the prompt leaves (a context decoder: the prompt is its context)."""
     _, state = decoder.prefill(module, prompt[:, :0] if decoder.context else prompt, prompt, prompt, None)
     return state
+
+
+SHARED_STATES_BYTES = 2 * 2 ** 30
+"""A run keeps the states its first inference process prefilled, up to this many bytes in all, for its later
+processes to read back instead of prefilling again (the same state: the same module and prompt from the same
+seed); a prefill there took half of a quick run's inference time. Kept in memory (:func:`zoo.runner.shared_parent`)."""
+
+
+def _prefilled(key: str, decoder, module, prompt) -> tuple[dict, float | None]:
+    """The state the decoder's prefill of ``prompt`` leaves and the seconds that prefill took; where a process of
+    this run already prefilled the same (``key``) and left its state, that state read back, and None seconds."""
+    seconds = []
+
+    def prefill():
+        started = synchronized_clock()
+        state = _prefill(decoder, module, prompt)
+        seconds.append(synchronized_clock() - started)
+        return state
+
+    state, made = made_once_in_run(key, prefill, SHARED_STATES_BYTES)
+    return state, seconds[0] if made else None
 
 
 def _stepper(decoder, module, state):
@@ -357,8 +390,9 @@ def run_inference(variant, profile):
             states = list(_state_rows(variant, setting, tag, cell))
             counted += states
             yield from states
-            yield Result("prefill-time", MEASURED, setting, cell["prefill"], "s", f"one prefill of {context} tokens "
-                         "(its first call)", samples=[cell["prefill"]], **{**tag, "phase": PREFILL})
+            if cell["prefill"] is not None:  # else the state an earlier process of the run prefilled, read back
+                yield Result("prefill-time", MEASURED, setting, cell["prefill"], "s", f"one prefill of {context} "
+                             "tokens (its first call)", samples=[cell["prefill"]], **{**tag, "phase": PREFILL})
             for who, read in cell["read"].items():
                 yield Result("step-bytes", MEASURED, setting, read, "bytes", "counted: every tensor one step's ops "
                              "read (state, weights, the token), each once", versus="" if who == variant.name else who,
@@ -491,7 +525,8 @@ def combine(variant, profile, rows_by_process: list[list[Result]]):
             pooled = figure(prefills[(row.batch, row.n)])
             row = dataclasses.replace(row, value=pooled.value, samples=pooled.samples, low=pooled.low, high=pooled.high,
                                       detail=f"one prefill of {row.n} tokens (its first call) in each of "
-                                             f"{pooled.processes} processes: their median")
+                                             f"{pooled.processes} process(es), their median (a later process reads "
+                                             "back the state the first left, where the run kept it)")
             kept.append(row)
             continue
         if row.check not in DERIVED or row.status != MEASURED:
