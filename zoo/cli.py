@@ -163,7 +163,7 @@ def cmd_run(args) -> int:
         resume=args.resume, retry_errors=args.retry_errors, plugins_dirs=args.plugins_dir, strict=args.strict,
         warn=lambda message: print(f"zoo: warning: {message}", file=sys.stderr),
         command=" ".join(["zoo", *sys.argv[1:]]), progress=_progress_printer(sys.stderr))
-    _summary(results, results.attrs["suites"])
+    _summary(results)
     print(f"zoo: leaderboard written to {results.attrs['leaderboard']}", file=sys.stderr)
     return 0
 
@@ -230,15 +230,11 @@ def _progress_printer(stream):
     return show
 
 
-def _summary(results, suites) -> None:
+def _summary(results) -> None:
     """One screen: per variant, its kind, the ranking gate and its ranking figure."""
     from tabulate import tabulate
 
-    from .leaderboard import summary
-    from .store import Store
-
-    rows, stale = summary(Store(results.attrs["store"], readonly=True), results.attrs["run_id"], suites,
-                          Path(results.attrs["folder"]), results.attrs.get("held_runs"))
+    rows, stale = results.attrs["summary"]
     print("\n" + tabulate(rows, headers="keys", tablefmt="plain"))
     for line in stale:
         print(f"zoo: {line}")

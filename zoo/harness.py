@@ -48,7 +48,8 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     ``suite_settings`` (suite -> setting -> value, ``--set SUITE.KEY=VALUE``) change a suite's settings; the
     shorthands ``lengths``, ``d_model``, ``heads`` and ``repeats`` set the setting of that name in every suite
     that has one. ``resume`` continues this machine's latest unfinished run in ``out`` with its own settings.
-    ``attrs["suites"]`` holds the suites that drew the board."""
+    ``attrs["suites"]`` holds the suites that drew the board, ``attrs["summary"]`` what :func:`zoo.leaderboard.summary`
+    says of the run on that board."""
     from .folder import BoardFolder
     from .profiles import Profile, resolve
     from .registry import load_registry
@@ -221,11 +222,12 @@ def _execute(registry, store, run_id: str, todo: list, executor, settings, progr
 def _report(store, run_id: str, folder, registry, warn) -> pd.DataFrame:
     """The board and the export written (a run far noisier than the board: its own board beside it, and ``warn``
     says why); the run's rows, with where they went in ``attrs``."""
-    from .leaderboard import HELD_BACK_FOLDER, board_run, render
+    from .leaderboard import HELD_BACK_FOLDER, board_of, board_run, render, summary
 
     shown, held = board_run(store, registry.suites)
+    board = None if run_id in held else board_of(store, run_id, registry.suites, folder.path, held)
     written = render(store, shown if run_id in held else run_id, folder.path, keep_runs=True, suites=registry.suites,
-                     held_runs=held)
+                     held_runs=held, board=board)
     if run_id in held:
         beside = folder.path / HELD_BACK_FOLDER
         written = render(store, run_id, beside, suites=registry.suites, held_back=held[run_id], held_runs=held)
@@ -234,7 +236,8 @@ def _report(store, run_id: str, folder, registry, warn) -> pd.DataFrame:
              f"{folder.path} publishes it)")
     results = store.results(run_id)
     results.attrs.update(run_id=run_id, store=str(store.path), leaderboard=str(written[0]), folder=str(folder.path),
-                         suites=registry.suites, held_runs=held)
+                         suites=registry.suites, held_runs=held,
+                         summary=summary(store, run_id, registry.suites, folder.path, held, board))
     return results
 
 

@@ -45,20 +45,22 @@ def registered_suites() -> dict[str, Suite]:
 
 def render(store: Store, run_id: str, out_dir: Path, keep_runs: bool = False,
            suites: dict[str, Suite] | None = None, held_back: str | None = None,
-           held_runs: dict[str, str] | None = None, read_from: BoardFolder | None = None) -> list[Path]:
+           held_runs: dict[str, str] | None = None, read_from: BoardFolder | None = None,
+           board: Board | None = None) -> list[Path]:
     """Write the board for ``run_id`` into ``out_dir`` as a whole (:func:`board_files`); ``keep_runs`` (``store``
     is the folder's own database): with the export of every run it holds; ``held_back``: why this run's board is
     not the folder's (said at its top); ``held_runs``: :func:`board_run`'s held-back runs, where the caller has
     them; ``read_from``: the folder ``store`` was read from (:meth:`BoardFolder.for_reading`), whose runs must not
-    have been published anew since (:class:`~zoo.folder.RunsChanged`). Returns the paths, README.md first."""
-    files = board_files(store, run_id, out_dir, suites, held_back, held_runs)
+    have been published anew since (:class:`~zoo.folder.RunsChanged`); ``board``: that board
+    (:func:`board_of`), where the caller has it. Returns the paths, README.md first."""
+    files = board_files(store, run_id, out_dir, suites, held_back, held_runs, board)
     stale = [p.name for p in Path(out_dir).glob("*.png") if p.name not in files]  # plots an earlier board drew
     folder = read_from or BoardFolder(out_dir)
     return folder.publish(files, store=store if keep_runs else None, remove=stale, as_read=read_from is not None)
 
 
-def _board_of(store: Store, run_id: str, suites: dict[str, Suite], folder: Path,
-              held_runs: dict[str, str] | None) -> Board:
+def board_of(store: Store, run_id: str, suites: dict[str, Suite], folder: Path,
+             held_runs: dict[str, str] | None = None) -> Board:
     """The board of ``run_id`` in ``folder``, without the rows of runs held back from it (``held_runs``:
     :func:`board_run`'s, where the caller has them; else found here)."""
     held_runs = board_run(store, suites)[1] if held_runs is None else held_runs
@@ -66,11 +68,14 @@ def _board_of(store: Store, run_id: str, suites: dict[str, Suite], folder: Path,
 
 
 def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suite] | None = None,
-                held_back: str | None = None, held_runs: dict[str, str] | None = None) -> dict[str, bytes]:
+                held_back: str | None = None, held_runs: dict[str, str] | None = None,
+                board: Board | None = None) -> dict[str, bytes]:
     """The board for ``run_id`` as file name -> content: README.md, index.html, results.csv and the sections'
-    plots. Only the plots of boards published in ``out_dir``'s subfolders are read from disk."""
+    plots (``board``: the board of that run, where the caller has it). Only the plots of boards published in
+    ``out_dir``'s subfolders are read from disk."""
     suites = registered_suites() if suites is None else suites
-    board = _board_of(store, run_id, suites, Path(out_dir).parent if held_back else out_dir, held_runs)
+    if board is None:
+        board = board_of(store, run_id, suites, Path(out_dir).parent if held_back else out_dir, held_runs)
     board.environment = {**board.environment, **_ran_on(board.jobs),
                          **({"held back": f"this run did not replace its folder's board: {held_back}"} if held_back else {})}
     results = pd.concat([board.results, *[rows.assign(reruns=0, between_runs=float("nan"))
@@ -595,11 +600,13 @@ def render_by_device(store: Store, out_dir: Path, suites: dict[str, Suite] | Non
 
 
 def summary(store: Store, run_id: str, suites: dict[str, Suite], out_dir: Path,
-            held_runs: dict[str, str] | None = None) -> tuple[list[dict], list[str]]:
+            held_runs: dict[str, str] | None = None, board: Board | None = None) -> tuple[list[dict], list[str]]:
     """What a run ends with on the terminal, from its board in ``out_dir``: per variant its kind, the gate and
     its ranking figure; and a line per variant with rows of an older source left off, with its refresh command
-    (``held_runs``: :func:`board_run`'s held-back runs, where the caller has them)."""
-    board = _board_of(store, run_id, suites, out_dir, held_runs)
+    (``held_runs``: :func:`board_run`'s held-back runs, where the caller has them; ``board``: the run's board, where
+    the caller has it)."""
+    if board is None:
+        board = board_of(store, run_id, suites, out_dir, held_runs)
     rows = []
     for variant in board.variants:
         figure = board.rank_figure(variant)
