@@ -69,7 +69,10 @@ def _drawer():
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        _DRAWERS.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
+        from .launcher import die_with_parent
+
+        _DRAWERS.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=die_with_parent))  # no orphan where this one ends abruptly
         atexit.register(_close_drawer)
     return _DRAWERS[0]
 
