@@ -69,10 +69,7 @@ def _drawer():
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        from .launcher import die_with_parent
-
-        _DRAWERS.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=die_with_parent))  # no orphan where this one ends abruptly
+        _DRAWERS.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
         atexit.register(_close_drawer)
     return _DRAWERS[0]
 
