@@ -23,7 +23,6 @@ from .contract import Target
 from .environment import COMPARABLE_ENVIRONMENT, machine_kind
 from .export import EXPORT
 from .folder import BoardFolder
-from .plots import drawn
 from .ranking import (advice, ceilings, gate_sentence, keeps, ranked_axes, ranked_tables, stale_lines, standing_text,
                       ties, unranked_lines, why_unranked)
 from .store import RESULT_COLUMNS, Store, device_kind
@@ -79,8 +78,6 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
         board = board_of(store, run_id, suites, Path(out_dir).parent if held_back else out_dir, held_runs)
     board.environment = {**board.environment, **_ran_on(board.jobs),
                          **({"held back": f"this run did not replace its folder's board: {held_back}"} if held_back else {})}
-    sections = [_section(board, name) for name in board.suite_order()]  # first: their plots are drawn meanwhile
-    sections = [section for section in sections if section is not None]
     results = pd.concat([board.results, *[rows.assign(reruns=0, between_runs=float("nan"))
                                           for rows in board.carried.values()]], ignore_index=True)
     tidy = results.assign(plugin=results.variant.map(lambda v: board.cards[v].get("plugin")),
@@ -92,14 +89,14 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
                 "between_runs"]].sort_values(
         ["variant", "suite", "check", "versus", "mode", "phase", "n", "batch"], kind="stable").to_csv(index=False)
     tables, unranked = ranked_tables(board)
-    answers = advice(board, tables)
-    names = [name for section in sections for name in section.plots]
-    readme = _readme(board, tables, answers, unranked, sections, names)
-    data = _page_data(board, tables, answers, unranked, sections)
-    plots = {name: _as_drawn_before(Path(out_dir) / name, drawn(png)) for section in sections  # drawn meanwhile
+    sections = [_section(board, name) for name in board.suite_order()]
+    sections = [section for section in sections if section is not None]
+    plots = {name: _as_drawn_before(Path(out_dir) / name, png) for section in sections
              for name, png in section.plots.items()}
     figures = [(png, name.removesuffix(".png")) for name, png in plots.items()] + _sub_board_plots(Path(out_dir))
-    page = webpage.page(data, figures)
+    answers = advice(board, tables)
+    readme = _readme(board, tables, answers, unranked, sections, list(plots))
+    page = webpage.page(_page_data(board, tables, answers, unranked, sections), figures)
     text = {"README.md": readme, "index.html": page, "results.csv": csv}  # a plugin's lone surrogate becomes "?"
     return {**{name: content.encode("utf-8", "replace") for name, content in text.items()}, **plots}
 

@@ -20,87 +20,15 @@ GREY = "0.7"
 GREY_STYLE = (GREY, "x", ":")
 
 
-def save(plt, fig, name: str) -> tuple[str, "Drawing"]:
-    """The figure as (file name, its :class:`Drawing`): laid out, then its points' labels placed
-    (:func:`place_labels`), once every pixel is where it will be drawn; then drawn into PNG bytes."""
+def save(plt, fig, name: str) -> tuple[str, bytes]:
+    """The figure as (file name, PNG bytes): laid out, then its points' labels placed (:func:`place_labels`), once
+    every pixel is where it will be drawn."""
     fig.tight_layout()
     place_labels(fig)
-    return name, Drawing(plt, fig)
-
-
-class Drawing:
-    """A laid-out figure's PNG bytes (:meth:`png`), drawn by a process of its own (:func:`_drawer`) while the
-    board goes on, so a second core draws the plots (their drawing was a third of a board's time) while the first
-    writes the tables; drawn here where the figure cannot be sent there or that process fails. The process is
-    spawned, not forked: a forked one shares the font files' read offsets with this one (matplotlib keeps fonts
-    open and reads glyphs as it needs them), and a glyph read here then came back corrupt."""
-
-    def __init__(self, plt, fig) -> None:
-        import pickle
-
-        self.plt, self.fig, self.future = plt, fig, None
-        try:
-            self.future = _drawer().submit(_png_of_pickled, pickle.dumps(fig))
-        except Exception:  # noqa: BLE001 - a figure that does not pickle, or no process to draw it: drawn here
-            pass
-
-    def png(self) -> bytes:
-        """The PNG bytes (the drawing process's, once it has drawn them), the figure closed."""
-        data = None
-        if self.future is not None:
-            try:
-                data = self.future.result()
-            except Exception:  # noqa: BLE001 - the drawing process failed: drawn here instead
-                data = None
-        if not data:
-            data = _png_bytes(self.fig)
-        self.plt.close(self.fig)
-        return data
-
-
-_DRAWERS = []
-
-
-def _drawer():
-    """The process that draws this one's figures (one, spawned at the first figure: the machines the zoo runs on
-    have two cores, and this process keeps the other busy)."""
-    if not _DRAWERS:
-        import atexit
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        _DRAWERS.append(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
-        atexit.register(_close_drawer)
-    return _DRAWERS[0]
-
-
-def _close_drawer() -> None:
-    """Stop the drawing process while the interpreter can still say goodbye to it (not in its teardown)."""
-    while _DRAWERS:
-        _DRAWERS.pop().shutdown()
-
-
-def _png_of_pickled(data: bytes) -> bytes:
-    """In the drawing process: the pickled figure's PNG bytes."""
-    import pickle
-
-    plt = pyplot()
-    fig = pickle.loads(data)
-    try:
-        return _png_bytes(fig)
-    finally:
-        plt.close(fig)
-
-
-def drawn(png: "bytes | Drawing") -> bytes:
-    """A plot's PNG bytes, whether a suite gave the bytes or a :class:`Drawing` of them."""
-    return png if isinstance(png, bytes) else png.png()
-
-
-def _png_bytes(fig) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+    plt.close(fig)
+    return name, buffer.getvalue()
 
 
 def pyplot():

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
     from .board import Board
     from .contract import Origin
-    from .plots import Drawing
 
 
 @dataclass(frozen=True)
@@ -52,13 +51,12 @@ class Table:
 
 @dataclass(frozen=True)
 class Section:
-    """A suite's part of the board: a heading, paragraphs, tables and plots (file name -> PNG bytes, or the
-    :class:`zoo.plots.Drawing` :func:`zoo.plots.save` gives, drawing them)."""
+    """A suite's part of the board: a heading, paragraphs, tables and plots (file name -> PNG bytes)."""
 
     title: str
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
-    plots: dict[str, "bytes | Drawing"] = field(default_factory=dict)
+    plots: dict[str, bytes] = field(default_factory=dict)
 
 
 def generic_section(suite: "Suite", board: "Board") -> Section:

@@ -283,13 +283,8 @@ def _drawn_figures(monkeypatch) -> dict:
     import zoo.plots as plots_
 
     drawn, real_save = {}, plots_.save
-
-    def save(plt, fig, name):  # laid out and labelled; drawn here too, as the drawing process draws it
-        saved = real_save(SimpleNamespace(close=lambda figure: None), drawn.setdefault(name, fig), name)
-        fig.canvas.draw()
-        return saved
-
-    monkeypatch.setattr(plots_, "save", save)
+    monkeypatch.setattr(plots_, "save", lambda plt, fig, name: drawn.setdefault(name, fig) and real_save(
+        SimpleNamespace(close=lambda figure: None), fig, name))
     return drawn
 
 
@@ -370,8 +365,7 @@ def test_labels_of_a_tight_cluster_are_placed_apart_and_off_the_points():
     ax.set_ylim(0, 1)
     ax.legend()
     plots_.label_points(ax, points)
-    plots_.save(SimpleNamespace(close=lambda figure: None), fig, "cluster.png")  # laid out, labelled
-    fig.canvas.draw()  # as the drawing process draws it
+    plots_.save(SimpleNamespace(close=lambda figure: None), fig, "cluster.png")  # laid out, labelled, drawn
     _assert_readable(ax, len(points))
     plt.close(fig)
 
