@@ -88,9 +88,9 @@ def test_a_value_made_once_in_a_run_is_read_back_by_later_processes_within_the_r
     assert here_first and not here_later and made == [1, 2]
     assert torch.equal(later["cache"], first["cache"]) and later["length"] == 2
     assert later["cache"].data_ptr() != first["cache"].data_ptr()  # a copy of its own, to advance on its own
-    big, _ = made_once_in_run("too big", make(4), 100)  # over what the run keeps: made again by each process
-    again, here_again = made_once_in_run("too big", make(5), 100)
-    unsaved, _ = made_once_in_run("unsaved", lambda: made.append(6) or (lambda: 0), 2 ** 20)  # cannot be saved
+    made_once_in_run("too big", make(4), 100)  # over what the run keeps: made again by each process
+    _, here_again = made_once_in_run("too big", make(5), 100)
+    made_once_in_run("unsaved", lambda: made.append(6) or (lambda: 0), 2 ** 20)  # cannot be saved
     _, here_unsaved = made_once_in_run("unsaved", lambda: made.append(7) or (lambda: 0), 2 ** 20)
     assert here_again and here_unsaved and made == [1, 2, 4, 5, 6, 7]
     assert sorted(path.name.startswith("made-") for path in tmp_path.iterdir()) == [True]  # nothing staged left

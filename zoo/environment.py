@@ -63,12 +63,31 @@ what one process worked out for the whole run (a measurement plan, the matmul pe
 (:func:`run_shared`)."""
 
 
+def _shared_file(prefix: str, key: str, suffix: str) -> Path | None:
+    """The file ``key`` names in the run's shared folder (:data:`RUN_CACHE`); None without the folder."""
+    folder = os.environ.get(RUN_CACHE)
+    return Path(folder) / f"{prefix}-{hashlib.sha256(key.encode()).hexdigest()[:32]}{suffix}" if folder else None
+
+
+def _put_in_place(path: Path, write: Callable[[Path], object], keep: Callable[[Path], bool] = lambda _: True) -> None:
+    """``write`` a staging file beside ``path``, then rename it to ``path`` whole where ``keep(staging)`` (so no
+    process reads a torn file); a file that cannot be written or is not kept is left to the next process to make."""
+    staging = path.with_name(f"{path.name}.{os.getpid()}")
+    try:
+        write(staging)
+        if keep(staging):
+            os.replace(staging, path)
+    except Exception:  # noqa: BLE001 - not serialisable, or no room: the others make their own
+        pass
+    finally:
+        staging.unlink(missing_ok=True)
+
+
 def run_shared(key: str, make: Callable[[], object], decode: Callable[[object], object] = lambda data: data):
     """The JSON value ``key`` names, from the run's shared folder (:data:`RUN_CACHE`) if a process of the run made
     it, else ``make()`` now, left there for the others; ``decode`` turns the JSON back into the caller's type in
     every process alike. Without the folder (a single process, the Python API) every call makes its own."""
-    folder = os.environ.get(RUN_CACHE)
-    path = folder and Path(folder) / f"shared-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    path = _shared_file("shared", key, ".json")
     if path:
         try:
             return decode(json.loads(path.read_text()))
@@ -76,12 +95,7 @@ def run_shared(key: str, make: Callable[[], object], decode: Callable[[object], 
             pass  # not made yet (or unreadable): make it
     text = json.dumps(make())  # the maker gets what the others will read back, not its own unserialised value
     if path:
-        try:
-            staging = path.with_name(f"{path.name}.{os.getpid()}")
-            staging.write_text(text)
-            os.replace(staging, path)
-        except OSError:
-            pass  # the next process makes its own
+        _put_in_place(path, lambda staging: staging.write_text(text))
     return decode(json.loads(text))
 
 
@@ -93,8 +107,7 @@ def made_once_in_run(key: str, make: Callable[[], object], budget_bytes: int) ->
     Deterministic values only: a process that reads one gets what it would have made."""
     import torch
 
-    folder = os.environ.get(RUN_CACHE)
-    path = folder and Path(folder) / f"made-{hashlib.sha256(key.encode()).hexdigest()[:32]}.pt"
+    path = _shared_file("made", key, ".pt")
     if path and path.exists():
         try:
             return torch.load(path, weights_only=False), False  # the run's own file, written just below
@@ -102,16 +115,11 @@ def made_once_in_run(key: str, make: Callable[[], object], budget_bytes: int) ->
             pass
     value = make()
     if path and budget_bytes > 0:
-        staging = path.with_name(f"{path.name}.{os.getpid()}")
-        try:
-            torch.save(value, staging)
-            used = sum(file.stat().st_size for file in Path(folder).glob("made-*.pt"))
-            if used + staging.stat().st_size <= budget_bytes:
-                os.replace(staging, path)
-        except Exception:  # noqa: BLE001 - not picklable, or no room: the others make their own
-            pass
-        finally:
-            staging.unlink(missing_ok=True)
+        def within_budget(staging: Path) -> bool:
+            used = sum(file.stat().st_size for file in path.parent.glob("made-*.pt"))
+            return used + staging.stat().st_size <= budget_bytes
+
+        _put_in_place(path, lambda staging: torch.save(value, staging), within_budget)
     return value, True
 
 

@@ -395,8 +395,13 @@ def test_a_later_process_of_a_run_reads_back_the_states_the_first_prefilled_and_
     profile = PROFILE.with_settings("inference", batches=(1,), contexts=(64, 128))
     projected = []  # the standard decode's prompts projected into its cache (its steps project one token)
     project = StandardDecode._project
-    monkeypatch.setattr(StandardDecode, "_project", lambda self, x, index: projected.append(x.shape[1]) or project(
-        self, x, index) if x.shape[1] > 1 else project(self, x, index))
+
+    def noting_prompts(self, x, index):
+        if x.shape[1] > 1:
+            projected.append(x.shape[1])
+        return project(self, x, index)
+
+    monkeypatch.setattr(StandardDecode, "_project", noting_prompts)
     monkeypatch.setenv(RUN_CACHE, str(tmp_path))
     first = list(run_inference(counting, profile))
     assert sorted(prefills) == [(1, 64), (1, 128)]  # each prompt once, for the variant, its baseline and the growth

@@ -44,6 +44,10 @@ SDPA_CACHE, MHA_CACHE = STANDARD["core"], STANDARD["layer"]
 STANDARD_LABELS = {SDPA_CACHE: "torch SDPA over a preallocated KV cache",
                    MHA_CACHE: "nn.MultiheadAttention's projections and torch SDPA over a preallocated KV cache"}
 DECODE, PREFILL = "decode", "prefill"  # the rows' phase: a generated token's step, or the prompt's prefill
+SHARED_STATES_BYTES = 2 * 2 ** 30
+"""A run keeps the states its first inference process prefilled, up to this many bytes in all, for its later
+processes to read back instead of prefilling again (the same state: the same module and prompt from the same
+seed); a prefill there took half of a quick run's inference time. Kept in memory (:func:`zoo.runner.shared_parent`)."""
 
 
 def mode_of(variant) -> str:
@@ -310,12 +314,6 @@ def _prefill(decoder, module, prompt) -> dict:
     """The state a decoder's prefill of the prompt leaves (a context decoder: the prompt is its context)."""
     _, state = decoder.prefill(module, prompt[:, :0] if decoder.context else prompt, prompt, prompt, None)
     return state
-
-
-SHARED_STATES_BYTES = 2 * 2 ** 30
-"""A run keeps the states its first inference process prefilled, up to this many bytes in all, for its later
-processes to read back instead of prefilling again (the same state: the same module and prompt from the same
-seed); a prefill there took half of a quick run's inference time. Kept in memory (:func:`zoo.runner.shared_parent`)."""
 
 
 def _prefilled(key: str, decoder, module, prompt) -> tuple[dict, float | None]:
