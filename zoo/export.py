@@ -294,6 +294,10 @@ class RunRecords:
     run: dict
     jobs: list[dict] = field(default_factory=list)
     results: list[dict] = field(default_factory=list)
+    read_at: tuple[int, int, str] | None = field(default=None, compare=False, repr=False)
+    """Where the export it was read from holds its lines: (start, length in bytes, their sha256); None when it was
+    not read from one or its lines there are not contiguous. Those bytes are its own lines as :meth:`lines` writes
+    them only where that sha256 is :meth:`digest`."""
 
     @property
     def run_id(self) -> str:
@@ -334,10 +338,23 @@ def export_bytes(runs: Iterable[RunRecords]) -> bytes:
 def export_with_digests(runs: Iterable[RunRecords]) -> tuple[bytes, dict[str, str]]:
     """The export file holding ``runs`` (:func:`export_bytes`) and the digest of each run it holds, from one
     serialisation of each (serialising a board's runs took seconds)."""
-    ordered = sorted((run for run in runs if run.jobs), key=lambda r: r.run_id)
-    lines = {run.run_id: "\n".join(run.lines()) for run in ordered}
-    data = "".join(text + "\n" for text in lines.values()).encode()
-    return data, {run_id: hashlib.sha256(text.encode()).hexdigest() for run_id, text in lines.items()}
+    data, digests, _ = export_with_spans(runs)
+    return data, digests
+
+
+def export_with_spans(runs: Iterable[RunRecords], kept: dict[str, bytes] | None = None,
+                      ) -> tuple[bytes, dict[str, str], dict[str, tuple[int, int]]]:
+    """The export file holding ``runs`` and the runs in ``kept`` (id -> the run's lines as an export held them,
+    without the last newline: copied as they are, not serialised again; a run in both is taken from ``kept``), the
+    digest of each run it holds and where it holds it (start, length in bytes)."""
+    texts = {run.run_id: "\n".join(run.lines()).encode() for run in runs if run.jobs and run.run_id not in (kept or {})}
+    texts.update(kept or {})
+    parts, spans, start = [], {}, 0
+    for run_id in sorted(texts):
+        spans[run_id] = (start, len(texts[run_id]))
+        parts += [texts[run_id], b"\n"]
+        start += len(texts[run_id]) + 1
+    return b"".join(parts), {run_id: hashlib.sha256(text).hexdigest() for run_id, text in texts.items()}, spans
 
 
 def read_export(path: Path) -> dict[str, RunRecords]:
@@ -362,6 +379,10 @@ def parse_export(data: bytes, path: Path) -> dict[str, RunRecords]:
     if lines and lines[-1] == b"":
         lines.pop()
     records = []
+    starts, start = [], 0  # each line's first byte
+    for raw in lines:
+        starts.append(start)
+        start += len(raw) + 1
     for number, raw in enumerate(lines, 1):
         where = f"{path}:{number}"
         try:
@@ -372,7 +393,18 @@ def parse_export(data: bytes, path: Path) -> dict[str, RunRecords]:
         if problem:
             raise ExportError(f"{where}: not a JSON line ({problem})")
         records.append((where, record))
-    return check_records(records, numbered=True)
+    runs = check_records(records, numbered=True)
+    first: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for index, (_, record) in enumerate(records):
+        first.setdefault(record["run_id"], index)
+        count[record["run_id"]] = count.get(record["run_id"], 0) + 1
+    for run_id, run in runs.items():
+        last = first[run_id] + count[run_id] - 1
+        if records[last][1]["run_id"] == run_id:  # its lines contiguous
+            block = data[starts[first[run_id]]:starts[last] + len(lines[last])]
+            run.read_at = (starts[first[run_id]], len(block), hashlib.sha256(block).hexdigest())
+    return runs
 
 
 def check_records(records: Iterable[tuple[str, object]], numbered: bool = False) -> dict[str, RunRecords]:

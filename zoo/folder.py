@@ -39,7 +39,7 @@ from typing import Iterable, Iterator
 
 from .contract import OptionError, ZooError
 from .export import (DATABASE, EXPORT, ExportError, RunRecords, check_records, export_file_bytes,
-                     export_with_digests, parse_export, read_export)
+                     export_with_spans, parse_export, read_export)
 from .store import SQLITE_HEADER, Store, StoreError, disk_full
 
 SCRATCH = ".zoo-cache"  # ignored by git: the lock, staged files, the journal, executors' temporary files
@@ -180,7 +180,7 @@ class BoardFolder:
         agreed = store.exported()
         missing = set(mine) - set(exported)
         self.unexported = sorted(run for run in missing if mine[run].jobs)  # a run with no job is never exported
-        adding, digests, conflicts, changed = [], {}, [], []
+        adding, digests, conflicts, changed, spans = [], {}, [], [], {}
         for run_id, theirs in exported.items():
             ours = mine.get(run_id)
             if ours is None:
@@ -188,11 +188,13 @@ class BoardFolder:
                     adding.append(theirs)
                     if not store.in_memory_only:  # a copy in memory outlives no command: it records none
                         digests[run_id] = theirs.digest()
+                        spans.update(_span(theirs, digests[run_id]))
                 continue
             ours_digest, theirs_digest = ours.digest(), theirs.digest()
             if ours_digest == theirs_digest:
                 if agreed.get(run_id) != theirs_digest:
                     digests[run_id] = theirs_digest
+                spans.update(_span(theirs, theirs_digest))
             elif agreed.get(run_id) != theirs_digest:  # the export's copy is not the one this database last wrote
                 conflicts.append(f"run {run_id!r} ({store.label}: {ours.describe()}; {self.export}: {theirs.describe()})")
             else:  # changed here since (resumed or retried): the database's copy, said so (:meth:`notices`)
@@ -206,10 +208,11 @@ class BoardFolder:
         self.changed_here = sorted(changed)
         agree = None if (sha is None or store.in_memory_only or missing or self.changed_here
                          or generation is None) else (sha, generation)
+        spans = None if store.in_memory_only else spans
         if adding or digests:
-            store.add(adding, exported=digests, only_new=True, agree=agree)
+            store.add(adding, exported=digests, only_new=True, agree=agree, spans=spans)
         elif agree is not None:
-            store.agree(*agree)
+            store.agree(*agree, spans=spans)
 
     def notices(self, writing: bool) -> list[str]:
         """What the last join decided that its command should say (none of it silently): the database's runs the
@@ -248,20 +251,28 @@ class BoardFolder:
             sha = _sha256(data)
             if not self._joined_already(store, sha) and not self._agreed(store, sha):
                 self._join(store, self._parse(data), sha)
-            return self._export(store, files, remove)
+            return self._export(store, files, remove, data)
 
-    def _export(self, store: Store, files: dict[str, bytes] | None = None, remove: Iterable[str] = ()) -> list[Path]:
+    def _export(self, store: Store, files: dict[str, bytes] | None = None, remove: Iterable[str] = (),
+                on_disk: bytes | None = None) -> list[Path]:
         """With the lock held: ``files`` and the export of every run ``store`` (the folder's database) holds,
         published as a whole; each run's digest recorded as the export holds it, and, where the export on disk is
-        now those very bytes and nothing else wrote to the database meanwhile, that the two agree."""
+        now those very bytes and nothing else wrote to the database meanwhile, that the two agree. A run not written
+        to since an export was written from ``store`` is copied from that export's bytes where ``on_disk`` (the
+        export's bytes now) still holds them (:meth:`zoo.store.Store.exported_spans`): serialising every run of a
+        board's folder took seconds."""
         generation = store.generation()  # before reading the runs: a write after it voids the agreement
-        files, runs = dict(files or {}), store.records()
-        files[EXPORT], digests = export_with_digests(runs.values())
+        kept = _kept_runs(store.exported_spans(), on_disk)
+        run_ids = list(store.runs().run_id)
+        runs = store.records([run_id for run_id in run_ids if run_id not in kept])
+        files = dict(files or {})
+        files[EXPORT], digests, spans = export_with_spans(runs.values(), {run_id: kept[run_id] for run_id in run_ids
+                                                                           if run_id in kept})
         written = self._commit(files, [name for name in remove if name not in files])
         sha = _sha256(files[EXPORT])
-        agrees = (generation is not None and len(digests) == len(runs)  # a run with no job yet is not exported
+        agrees = (generation is not None and len(digests) == len(run_ids)  # a run with no job yet is not exported
                   and _digest(self.export) == sha)  # else changed by someone else since the journal: left as it is
-        store.set_exported(digests, agree=(sha, generation) if agrees else None)
+        store.set_exported(digests, agree=(sha, generation) if agrees else None, spans=spans)
         self._remember(store, sha)
         return written
 
@@ -391,7 +402,7 @@ class BoardFolder:
                                   f"copies in {str(self.path)!r} ({theirs[differing[0]].describe()} there, "
                                   f"{ours[differing[0]].describe()} here): nothing was merged")
             added = store.add([run for run_id, run in theirs.items() if run_id not in ours and run.jobs], only_new=True)
-            self._export(store)
+            self._export(store, on_disk=self._export_bytes())
         return added, len(theirs) - len(added)
 
     def prune(self, choose, dry_run: bool = False) -> list[RunRecords]:
@@ -413,7 +424,7 @@ class BoardFolder:
             doomed = [run for run_id, run in sorted(known.items()) if run_id in chosen]
             if doomed:
                 store.remove(run.run_id for run in doomed)
-                self._export(store)
+                self._export(store, on_disk=self._export_bytes())
         return doomed
 
 
@@ -482,6 +493,28 @@ def _journal(path: Path) -> dict | None:
             or not all(_plain_name(name) for name in names) or any(name in KEPT for name in plan["remove"])):
         return None
     return plan
+
+
+def _span(run: RunRecords, digest: str) -> dict[str, tuple[str, int, int]]:
+    """Where the export ``run`` was read from holds its lines as the zoo writes them (``digest``: its
+    :meth:`~zoo.export.RunRecords.digest`), as :meth:`zoo.store.Store.exported_spans` gives it; none where that
+    export holds them otherwise (not contiguous, or written differently)."""
+    if run.read_at is None or run.read_at[2] != digest:
+        return {}
+    return {run.run_id: (digest, *run.read_at[:2])}
+
+
+def _kept_runs(spans: dict[str, tuple[str, int, int]], data: bytes | None) -> dict[str, bytes]:
+    """The runs ``data`` (an export's bytes) still holds where ``spans`` says, with the digest it says."""
+    if data is None:
+        return {}
+    kept = {}
+    for run_id, (digest, start, length) in spans.items():
+        text = data[start:start + length]
+        if len(text) == length and (start == 0 or data[start - 1:start] == b"\n") \
+                and data[start + length:start + length + 1] == b"\n" and hashlib.sha256(text).hexdigest() == digest:
+            kept[run_id] = text
+    return kept
 
 
 def _sha256(data: bytes | None) -> str | None:

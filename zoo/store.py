@@ -74,21 +74,34 @@ CREATE TABLE IF NOT EXISTS exported (
     run_id TEXT PRIMARY KEY,
     digest TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS exported_spans (
+    run_id TEXT PRIMARY KEY,
+    digest TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    length INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS generation (value INTEGER NOT NULL);
 INSERT INTO generation (value) SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM generation);
 CREATE TABLE IF NOT EXISTS agreement (export_sha256 TEXT NOT NULL, generation INTEGER NOT NULL);
 """ + "".join(f"CREATE TRIGGER IF NOT EXISTS {table}_{event.lower()} AFTER {event} ON {table} "
               "BEGIN UPDATE generation SET value = value + 1; END;\n"
-              for table in ("runs", "jobs", "results", "exported") for event in ("INSERT", "UPDATE", "DELETE"))
+              for table in ("runs", "jobs", "results", "exported") for event in ("INSERT", "UPDATE", "DELETE")) \
+    + "".join(f"CREATE TRIGGER IF NOT EXISTS {table}_{event.lower()}_span AFTER {event} ON {table} "
+              f"BEGIN DELETE FROM exported_spans WHERE run_id IN ({', '.join(f'{row}.run_id' for row in rows)}); END;\n"
+              for table in ("runs", "jobs", "results")
+              for event, rows in (("INSERT", ("NEW",)), ("UPDATE", ("OLD", "NEW")), ("DELETE", ("OLD",))))
 # exported: the digest of each run as the folder's runs.jsonl last held it (written or read), so a run that
 # differs between the database and the export can be told apart: changed here since, changed there (a
 # git pull), or both (a conflict).
+# exported_spans: where the export last written from this store holds each run (its bytes' start and length, and
+# their sha256), while nothing of that run has been written since (its triggers forget a run on any write to it), so
+# the next export copies those bytes instead of serialising the run again
 # generation: how many rows of runs, jobs, results and exported have been written (its triggers count every
 # insert, update and delete, whoever makes it); agreement: the sha256 of an export that holds exactly this
 # store's runs, and the generation at which that was established (it holds while the generation has not moved)
 
-SCHEMA_VERSION = 9
-"""``PRAGMA user_version`` of a store this zoo writes (8: before runs had ``job_count``; 7: before jobs had
+SCHEMA_VERSION = 10
+"""``PRAGMA user_version`` of a store this zoo writes (9: before ``exported_spans``; 8: before runs had ``job_count``; 7: before jobs had
 ``row_count``; 6: before ``generation`` and ``agreement``; 5: before rows had
 ``batch``; 4: before rows had ``low`` and
 ``high``; 3: before rows had
@@ -417,15 +430,16 @@ class Store:
     def records(self, run_ids: Iterable[str] | None = None) -> dict[str, RunRecords]:
         """The runs (all, or ``run_ids``) as :class:`~zoo.export.RunRecords`, rows in the order written."""
         with self._db() as db:
-            wanted = None if run_ids is None else set(run_ids)
+            wanted = None if run_ids is None else sorted(set(run_ids))
+            if wanted == []:
+                return {}
+            where = "" if wanted is None else f" WHERE run_id IN ({', '.join('?' * len(wanted))})"
             runs: dict[str, RunRecords] = {}
             for table, columns in TABLE_COLUMNS.items():
                 present = _columns(db, table)
                 select = ", ".join(f'"{c}"' if c in present else f'{_absent(table, c)} AS "{c}"' for c in columns)
-                for row in db.execute(f"SELECT {select} FROM {table} ORDER BY rowid"):
+                for row in db.execute(f"SELECT {select} FROM {table}{where} ORDER BY rowid", wanted or ()):
                     record = dict(zip(columns, row))
-                    if wanted is not None and record["run_id"] not in wanted:
-                        continue
                     if table == "runs":
                         runs[record["run_id"]] = RunRecords(record)
                     elif record["run_id"] in runs:
@@ -433,15 +447,16 @@ class Store:
         return runs
 
     def add(self, runs: Iterable[RunRecords], exported: dict[str, str] | None = None, only_new: bool = False,
-            agree: tuple[str, int] | None = None) -> list[str]:
+            agree: tuple[str, int] | None = None, spans: dict[str, tuple[str, int, int]] | None = None) -> list[str]:
         """Write ``runs`` in one transaction and record ``exported`` digests; ``only_new``: skip runs the store
         already holds, decided inside the transaction (two processes adding the same runs at once add them
-        once); ``agree``: (export sha256, generation) as for :meth:`agree`, recorded after the writes. Returns the
-        ids written."""
+        once); ``agree``: (export sha256, generation) as for :meth:`agree`, recorded after the writes, and with it
+        ``spans``, where that export holds each run (as :meth:`exported_spans` gives them). Returns the ids
+        written."""
         runs = list(runs)
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            with _agreeing(db, agree):
+            with _agreeing(db, agree) as agreed:
                 present = {row[0] for row in db.execute("SELECT run_id FROM runs")}
                 written = []
                 for run in runs:
@@ -455,6 +470,8 @@ class Store:
                     written.append(run.run_id)
                 if exported:
                     db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(exported.items()))
+                if agreed and spans is not None:
+                    _set_spans(db, spans)
         return written
 
     def remove(self, run_ids: Iterable[str]) -> None:
@@ -471,12 +488,27 @@ class Store:
                 return {}
             return dict(db.execute("SELECT run_id, digest FROM exported").fetchall())
 
-    def set_exported(self, digests: dict[str, str], agree: tuple[str, int] | None = None) -> None:
-        """Record each run's digest as the export now holds it; ``agree`` as for :meth:`add`."""
+    def set_exported(self, digests: dict[str, str], agree: tuple[str, int] | None = None,
+                     spans: dict[str, tuple[int, int]] | None = None) -> None:
+        """Record each run's digest as the export now holds it; ``agree`` as for :meth:`add`; ``spans``: where that
+        export, written from this store, holds each run (start, length in bytes), recorded with the agreement only
+        (nothing written to the store since ``agree``'s generation), for :meth:`exported_spans`."""
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            with _agreeing(db, agree):
+            with _agreeing(db, agree) as agreed:
                 db.executemany("INSERT OR REPLACE INTO exported VALUES (?, ?)", sorted(digests.items()))
+                if agreed and spans is not None:
+                    _set_spans(db, {run_id: (digests[run_id], *span) for run_id, span in spans.items()})
+
+    def exported_spans(self) -> dict[str, tuple[str, int, int]]:
+        """Each run that has not been written to since an export was written from this store: (its sha256, start
+        and length in bytes) as that export holds it. Copy a run from there only where the bytes found there still
+        have that sha256 (the file may have changed since: a git pull)."""
+        with self._db() as db:
+            if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'exported_spans'").fetchone():
+                return {}
+            return {run_id: (digest, start, length) for run_id, digest, start, length
+                    in db.execute("SELECT run_id, digest, start, length FROM exported_spans")}
 
     # --- agreement with the export: what lets a command skip joining them -----------------------------------
 
@@ -487,13 +519,15 @@ class Store:
         with self._db() as db:
             return _generation(db)
 
-    def agree(self, export_sha256: str, generation: int) -> None:
+    def agree(self, export_sha256: str, generation: int, spans: dict[str, tuple[str, int, int]] | None = None) -> None:
         """Record that the export with this sha256 holds exactly this store's runs, as established at
-        ``generation``: recorded only if nothing was written since (another process may have been writing)."""
+        ``generation``: recorded only if nothing was written since (another process may have been writing); with it
+        ``spans``, where that export holds each run (as :meth:`exported_spans` gives them)."""
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
-            with _agreeing(db, (export_sha256, generation)):
-                pass  # nothing to write: the agreement alone
+            with _agreeing(db, (export_sha256, generation)) as agreed:
+                if agreed and spans is not None:
+                    _set_spans(db, spans)
 
     def agreed_export(self) -> str | None:
         """The sha256 of the export this store last agreed with, if nothing was written to it since; else None."""
@@ -544,11 +578,19 @@ def _generation(db: sqlite3.Connection) -> int | None:
 @contextmanager
 def _agreeing(db: sqlite3.Connection, agree: tuple[str, int] | None):
     """The writes made inside it (in the caller's transaction), then ``agree`` = (export sha256, generation) recorded
-    as the store's agreement if the store had not been written since that generation when they began."""
+    as the store's agreement if the store had not been written since that generation when they began (what it
+    yields: whether it will be)."""
     unchanged = agree is not None and _generation(db) == agree[1]
-    yield
+    yield unchanged
     if unchanged:
         _set_agreement(db, agree[0])
+
+
+def _set_spans(db: sqlite3.Connection, spans: dict[str, tuple[str, int, int]]) -> None:
+    """Where the export now on disk holds each run (sha256, start, length): every span of an earlier export goes."""
+    db.execute("DELETE FROM exported_spans")
+    db.executemany("INSERT INTO exported_spans VALUES (?, ?, ?, ?)",
+                   [(run_id, *span) for run_id, span in sorted(spans.items())])
 
 
 def _set_agreement(db: sqlite3.Connection, export_sha256: str) -> None:
