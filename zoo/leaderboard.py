@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import webpage
+from . import plots as plots_, webpage
 from .board import KIND_TITLES, Board, board_group, cell, markdown_table, origin_text
 from .checks import MEASURED
 from .contract import Target
@@ -89,7 +89,8 @@ def board_files(store: Store, run_id: str, out_dir: Path, suites: dict[str, Suit
                 "between_runs"]].sort_values(
         ["variant", "suite", "check", "versus", "mode", "phase", "n", "batch"], kind="stable").to_csv(index=False)
     tables, unranked = ranked_tables(board)
-    sections = [_section(board, name) for name in board.suite_order()]
+    with plots_.reusing(out_dir):
+        sections = [_section(board, name) for name in board.suite_order()]
     sections = [section for section in sections if section is not None]
     plots = {name: _as_drawn_before(Path(out_dir) / name, png) for section in sections
              for name, png in section.plots.items()}
@@ -108,8 +109,9 @@ came out with 3 of 630,000 pixels a level apart, floating-point rounding that di
 
 
 def _as_drawn_before(path: Path, png: bytes) -> bytes:
-    """The plot already in the folder where it is ``png`` redrawn (within :data:`PIXEL_SLACK`), else ``png``: a
-    board rendered again from the same runs is byte-identical on any machine, so nothing in git changes."""
+    """The plot already in the folder where it is ``png`` redrawn (within :data:`PIXEL_SLACK`) from the same inputs
+    (:func:`zoo.plots.drawn_once`), else ``png``: a board rendered again from the same runs is byte-identical on any
+    machine, so nothing in git changes."""
     import io
 
     import numpy as np
@@ -117,8 +119,13 @@ def _as_drawn_before(path: Path, png: bytes) -> bytes:
 
     try:
         old = path.read_bytes()
-        before, after = (np.asarray(Image.open(io.BytesIO(data)).convert("RGBA"), dtype=np.int16) for data in (old, png))
-    except (OSError, ValueError, Image.DecompressionBombError):  # none there, or not a picture: the new one stands
+        if old == png:
+            return old
+        images = [Image.open(io.BytesIO(data)) for data in (old, png)]
+        if len({image.text.get(plots_.INPUTS_KEY) for image in images}) > 1:  # other inputs, or other code
+            return png
+        before, after = (np.asarray(image.convert("RGBA"), dtype=np.int16) for image in images)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):  # none there, or not a picture
         return png
     if before.shape != after.shape:
         return png

@@ -4,8 +4,15 @@ they cover no point, legend or other label)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import hashlib
+import inspect
 import io
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -20,15 +27,99 @@ GREY = "0.7"
 GREY_STYLE = (GREY, "x", ":")
 
 
+INPUTS_KEY = "zoo-inputs"
+"""The PNG text chunk holding the sha256 of what a plot was drawn from (:func:`drawn_once`)."""
+_DRAWN: contextvars.ContextVar[dict[str, tuple[str, bytes]] | None] = contextvars.ContextVar("drawn", default=None)
+_INPUTS: contextvars.ContextVar[str | None] = contextvars.ContextVar("inputs", default=None)
+
+
 def save(plt, fig, name: str) -> tuple[str, bytes]:
     """The figure as (file name, PNG bytes): laid out, then its points' labels placed (:func:`place_labels`), once
-    every pixel is where it will be drawn."""
+    every pixel is where it will be drawn; inside :func:`drawn_once`, with what it was drawn from."""
     fig.tight_layout()
     place_labels(fig)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
+    inputs = _INPUTS.get()
+    fig.savefig(buffer, format="png", dpi=100, metadata={INPUTS_KEY: inputs} if inputs else None)
     plt.close(fig)
     return name, buffer.getvalue()
+
+
+@contextlib.contextmanager
+def reusing(folder: Path):
+    """Inside it, a plot function wrapped in :func:`drawn_once` returns a plot of ``folder`` instead of drawing
+    where that plot was drawn from the same inputs by the same code: its PNG says so (:data:`INPUTS_KEY`). A board
+    drawn again, most of whose plots did not change (counted FLOPs, carried quality rows), skips drawing them."""
+    from PIL import Image
+
+    drawn = {}
+    for path in sorted(Path(folder).glob("*.png")):
+        try:
+            data = path.read_bytes()
+            key = Image.open(io.BytesIO(data)).text.get(INPUTS_KEY)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            continue
+        if key:
+            drawn[key] = (path.name, data)
+    token = _DRAWN.set(drawn)
+    try:
+        yield
+    finally:
+        _DRAWN.reset(token)
+
+
+def drawn_once(draw):
+    """``draw`` (a plot function returning (file name, PNG bytes) or None), returning the plot :func:`reusing`
+    found drawn from the same inputs instead of drawing it again. The inputs: its arguments (data frames by
+    content), its own module's and this module's source, the built-ins' names (their colours) and matplotlib's
+    version; a call whose arguments cannot be read so is drawn."""
+    @functools.wraps(draw)
+    def reused(*args, **kwargs):
+        key = _inputs_key(draw, args, kwargs)
+        found = (_DRAWN.get() or {}).get(key) if key else None
+        if found is not None:
+            return found
+        token = _INPUTS.set(key)
+        try:
+            return draw(*args, **kwargs)
+        finally:
+            _INPUTS.reset(token)
+
+    return reused
+
+
+def _inputs_key(draw, args, kwargs) -> str | None:
+    import matplotlib
+
+    try:
+        text = repr(_plain([args, kwargs]))
+    except TypeError:
+        return None
+    digest = hashlib.sha256()
+    for part in (matplotlib.__version__, draw.__qualname__, Path(inspect.getsourcefile(draw)).read_bytes(),
+                 Path(__file__).read_bytes(), repr(builtin_variants()), text):
+        digest.update(part if isinstance(part, bytes) else part.encode())
+    return digest.hexdigest()
+
+
+def _plain(value):
+    """``value`` as nested lists, tuples and scalars that print the same in every process (no set order, no
+    object address); TypeError where it holds anything else."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (pd.DataFrame, pd.Series)):
+        return ("frame", value.to_json(orient="split", double_precision=15, default_handler=repr))
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # a numpy scalar
+        return value.item()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__qualname__, _plain(dataclasses.asdict(value)))
+    if isinstance(value, dict):
+        return ("dict", sorted(((_plain(k), _plain(v)) for k, v in value.items()), key=repr))
+    if isinstance(value, (set, frozenset)):
+        return ("set", sorted((_plain(item) for item in value), key=repr))
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    raise TypeError(f"cannot key a plot on {type(value).__name__}")
 
 
 def pyplot():
@@ -66,6 +157,7 @@ def unranked(board) -> frozenset[str]:
     return frozenset(v for v in board.variants if not board.ranked(v))
 
 
+@drawn_once
 def log_log(rows: pd.DataFrame, check: str, name: str, ylabel: str, reference: str | None = None,
             reference_label: str = "", xlabel: str = "sequence length n", panels: list[Panel] | None = None,
             greyed: frozenset[str] = frozenset(), palette: tuple[str, ...] = ()) -> tuple[str, bytes] | None:

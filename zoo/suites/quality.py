@@ -420,8 +420,8 @@ def section(board) -> zoo.Section:
             "fixed width: more key-value pairs to hold, from a key vocabulary twice their number. Softmax "
             "attention can look each key up exactly; a fixed-size state (linear attention) must compress all "
             f"pairs and is expected to fall behind as they grow. Settings at the largest: {example}."]))
-    plots = [plot for plot in (_accuracy_plot(board, quality, figures), _recall_plot(board, curve),
-                               _recall_state_plot(board, quality)) if plot]
+    recall = _recall_plot(curve, recall_spread(quality), plots_.unranked(board), tuple(board.variants))
+    plots = [plot for plot in (_accuracy_plot(board, quality, figures), recall, _recall_state_plot(board, quality)) if plot]
     return zoo.Section("Quality", [
         f"From {source}.{board.machines_text(SUITE)} Each variant trains with its plugin's quality options "
         "(*trained with*: a window, blocks or "
@@ -432,6 +432,7 @@ def section(board) -> zoo.Section:
         tables, dict(plots))
 
 
+@plots_.drawn_once
 def _pareto_plot(x: pd.Series, y: pd.Series, xlabel: str, ylabel: str, name: str, top: float | None = None,
                  panels: list[tuple[str, str, frozenset]] | None = None, greyed: frozenset = frozenset(),
                  palette: tuple[str, ...] = (), dials: dict[str, list[tuple[float, float, str]]] | None = None,
@@ -588,17 +589,17 @@ def _recall_at(curve, variant, pairs):
     return None if hit.empty else float(hit.value.iloc[-1])
 
 
-def _recall_plot(board, curve):
+@plots_.drawn_once
+def _recall_plot(curve, spread: dict[tuple[str, int], float], greyed: frozenset, palette: tuple[str, ...]):
     """Recall against the number of pairs, one line per variant in the style its name has on every plot (grey and
-    dotted where the board does not rank it), with a bar of one standard deviation over the seeds at each point
-    where two or more trained; the legend beside the axes, off the data."""
+    dotted where the board does not rank it: ``greyed``; ``palette``: every variant of the board), with a bar of one
+    standard deviation over the seeds at each point where two or more trained (``spread``:
+    :func:`recall_spread`); the legend beside the axes, off the data."""
     if curve.empty:
         return None
     plt = plots_.pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    greyed = plots_.unranked(board)
-    styles = plots_.variant_styles(sorted(set(curve.variant) | set(board.variants)))  # as on every other plot
-    spread = recall_spread(board.rows(SUITE))
+    styles = plots_.variant_styles(sorted(set(curve.variant) | set(palette)))  # as on every other plot
     for variant, series in curve.groupby("variant"):
         series = series.sort_values("n")
         color, marker, dashes = plots_.GREY_STYLE if variant in greyed else styles[variant]
