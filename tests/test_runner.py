@@ -433,3 +433,28 @@ def test_a_run_that_prints_nothing_for_a_while_says_it_is_still_running(registry
     runner.execute(registry, store, run, [runner.Job("dot-product", "correctness", 0)], Quiet(), get_profile("smoke"),
                    progress)
     assert lines[0].startswith("\r[0/1] still running: ") and lines[0].endswith(" s since the run began\n")
+
+
+def test_a_local_run_starts_its_first_launcher_before_the_plugins_load_and_every_lane_before_any_job(
+        tmp_path, monkeypatch):
+    """The launcher's import of torch overlaps the runner's own start; the other lanes' launchers start before the
+    run is announced and its first job is handed out, never while a job is timed."""
+    import zoo.harness
+    import zoo.registry
+    import zoo.runner
+
+    events = []
+    lane, load_registry = zoo.runner.Launchers.lane, zoo.registry.load_registry
+    execute = zoo.harness._execute
+
+    def noting_lane(self, index):
+        if index not in self._started:
+            events.append(f"lane {index}")
+        return lane(self, index)
+
+    monkeypatch.setattr(zoo.runner.Launchers, "lane", noting_lane)
+    monkeypatch.setattr(zoo.registry, "load_registry", lambda *a, **k: events.append("plugins") or load_registry(*a, **k))
+    monkeypatch.setattr(zoo.harness, "_execute", lambda *a, **k: events.append("jobs") or execute(*a, **k))
+    zoo.harness.run(["dot-product", "linear"], suites=["correctness"], profile="smoke", out=tmp_path,
+                    progress=lambda line: events.append("announced") if line.startswith("zoo: run ") else None)
+    assert events[:events.index("jobs") + 1] == ["lane 0", "plugins", "lane 1", "announced", "jobs"]

@@ -53,6 +53,7 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     from .folder import BoardFolder
     from .profiles import Profile, resolve
     from .registry import load_registry
+    from .runner import LANES, Launchers
 
     # validate: every value, before a plugin loads or anything is written
     variants, filters, suites = (_names(label, value) for label, value in
@@ -73,36 +74,41 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     if resume and not folder.exists():
         raise OptionError(f"--resume: no run to continue in {str(folder.path)!r} (no {folder.database.name} there)")
     folder.path_must_be_writable()
-    # select: the variants, the suites and their settings
-    if registry is None:
-        registry = load_registry(plugins_dirs, strict=strict)
-        for failure in registry.failures:
-            warn(failure.message())
-    names = _select(registry, variants, filters)
-    settings = resolve(base, registry.suites, asked.per_suite(registry.suites))
-    chosen = _suites(registry, suites, settings)
-    _refuse_settings_of_skipped_suites(asked.given, chosen)
-    _check_variant_settings(registry, names, settings, chosen)
-    # plan: the run (new, or the one resumed, with its own settings) and the jobs it still lacks
-    store = folder.for_writing()  # the database, with the runs of the committed export it lacks
-    for line in folder.notices(writing=True):
-        progress(line)
-    run_id = _run_to_resume(store, retry_errors, folder) if resume else None
-    if run_id is not None:
-        settings = Profile.from_dict(store.settings(run_id), registry.suites)  # a resumed run keeps its own
-    else:
-        settings = _board_settings_kept(store, settings, chosen, registry)
-    run_options = _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, address)
-    _check_device_available(settings.device, executor, address)
-    run_id = run_id or _start(store, settings, command)
-    todo = _jobs_to_do(store, run_id, names, chosen, retry_errors, registry, settings.processes)
-    pending = len({(job.variant, job.suite) for job in todo})
-    passes = f" ({len(todo)} counting each timing process)" if len(todo) != pending else ""
-    progress(f"zoo: run {run_id}: {pending} jobs{passes} ({len(names) * len(chosen) - pending} already done), "
-             f"profile {settings.name}, {settings.threads} threads, timings from {settings.processes} process(es), "
-             f"results in {folder.database}\n")
-    # execute, then report: the board and the export of every kept run, as a whole
-    _execute(registry, store, run_id, todo, _executor(executor, run_options), settings, progress)
+    with contextlib.ExitStack() as stack:  # a local run's first launcher imports torch while plugins load
+        launchers = stack.enter_context(Launchers()) if executor == "local" else None
+        # select: the variants, the suites and their settings
+        if registry is None:
+            registry = load_registry(plugins_dirs, strict=strict)
+            for failure in registry.failures:
+                warn(failure.message())
+        names = _select(registry, variants, filters)
+        settings = resolve(base, registry.suites, asked.per_suite(registry.suites))
+        chosen = _suites(registry, suites, settings)
+        _refuse_settings_of_skipped_suites(asked.given, chosen)
+        _check_variant_settings(registry, names, settings, chosen)
+        # plan: the run (new, or the one resumed, with its own settings) and the jobs it still lacks
+        store = folder.for_writing()  # the database, with the runs of the committed export it lacks
+        for line in folder.notices(writing=True):
+            progress(line)
+        run_id = _run_to_resume(store, retry_errors, folder) if resume else None
+        if run_id is not None:
+            settings = Profile.from_dict(store.settings(run_id), registry.suites)  # a resumed run keeps its own
+        else:
+            settings = _board_settings_kept(store, settings, chosen, registry)
+        run_options = _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, address)
+        _check_device_available(settings.device, executor, address)
+        run_id = run_id or _start(store, settings, command)
+        todo = _jobs_to_do(store, run_id, names, chosen, retry_errors, registry, settings.processes)
+        if launchers is not None and any(job.side_by_side for job in todo):
+            for lane in range(1, LANES):  # started now, while nothing is timed
+                launchers.lane(lane)
+        pending = len({(job.variant, job.suite) for job in todo})
+        passes = f" ({len(todo)} counting each timing process)" if len(todo) != pending else ""
+        progress(f"zoo: run {run_id}: {pending} jobs{passes} ({len(names) * len(chosen) - pending} already done), "
+                 f"profile {settings.name}, {settings.threads} threads, timings from {settings.processes} process(es), "
+                 f"results in {folder.database}\n")
+        # execute, then report: the board and the export of every kept run, as a whole
+        _execute(registry, store, run_id, todo, _executor(executor, run_options, launchers), settings, progress)
     return _report(store, run_id, folder, registry, warn)
 
 
@@ -195,15 +201,16 @@ def _run_options(settings, folder, timeout, plugins_dirs, memory_limit_gib, addr
         scratch_dir=str(folder.scratch.resolve()))
 
 
-def _executor(kind: str, options):
-    """The executor of that kind: worker processes here, or Ray tasks."""
+def _executor(kind: str, options, launchers=None):
+    """The executor of that kind: worker processes here (started by ``launchers``, :class:`zoo.runner.Launchers`),
+    or Ray tasks."""
     if kind == "ray":
         from .ray_executor import RayExecutor
 
         return RayExecutor(options)
     from .runner import LocalExecutor
 
-    return LocalExecutor(options)
+    return LocalExecutor(options, launchers)
 
 
 def _execute(registry, store, run_id: str, todo: list, executor, settings, progress) -> None:

@@ -16,6 +16,7 @@ the worker's pid as it starts, then its exit status as :attr:`subprocess.Popen.r
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import json
@@ -44,6 +45,30 @@ def die_with_parent() -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         except OSError:
             pass
+
+
+INTERRUPTS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Ctrl-C and SIGTERM held back from this thread while it forks, and delivered after: Python runs its fork
+    hooks there (logging's), and a KeyboardInterrupt raised inside one is printed and lost, so the run would go on
+    (the runner's :class:`~zoo.runner.CtrlC` covers its own forks, not the harness's first launcher's)."""
+    held = hasattr(signal, "pthread_sigmask")
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTS) if held else None
+    try:
+        yield
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _in_child() -> None:
+    """In the launcher's process before it runs: it dies with its parent, and takes signals as a fresh one would."""
+    die_with_parent()
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTS)
 
 
 class Worker:
@@ -77,10 +102,10 @@ class Launcher:
         """The launcher interpreter started, if it is not running: it dies with the thread that starts it (the
         parent-death signal is the starting thread's), so a runner that hands it to another thread starts it first."""
         if self._process is None or self._process.poll() is not None:
-            with open(self._log_path, "a") as log:  # unbuffered pipes: a reply is never read ahead of select
-                self._process = subprocess.Popen([sys.executable, "-m", "zoo.launcher"], bufsize=0,
+            with open(self._log_path, "a") as log, _interrupts_held():  # unbuffered pipes: a reply is never read
+                self._process = subprocess.Popen([sys.executable, "-m", "zoo.launcher"], bufsize=0,  # ahead of select
                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                                 env=self._env, start_new_session=True, preexec_fn=die_with_parent)
+                                                 env=self._env, start_new_session=True, preexec_fn=_in_child)
         return self
 
     def start(self, args: list[str], log_path: Path, memory_limit: int | None) -> Worker:

@@ -144,8 +144,8 @@ class LocalExecutor:
     (a pass). A worker that crashed or hung is followed by a new one without the job that stopped it. A job whose
     first process crashed or hung is not repeated."""
 
-    def __init__(self, options: RunOptions) -> None:
-        self.options = options
+    def __init__(self, options: RunOptions, launchers: "Launchers | None" = None) -> None:
+        self.options, self.launchers = options, launchers
 
     def run(self, jobs: list[Job], on_check: Callable[[dict], None], on_job: Callable[[dict], None]) -> None:
         """The side-by-side jobs, then each variant's first process, then each further process's pass."""
@@ -162,10 +162,10 @@ class LocalExecutor:
                 failed.add((record["variant"], record["suite"]))
             on_job(record)
 
-        with CtrlC() as ctrl_c, run_folder() as shared, \
-                Launcher(worker_env(shared), Path(shared) / "launcher.txt") as launcher:
+        with CtrlC() as ctrl_c, contextlib.nullcontext(self.launchers) if self.launchers else Launchers() as launchers:
+            shared, launcher = launchers.shared, launchers.lane(0)
             if beside:
-                self._side_by_side(beside, on_check, noting, ctrl_c, shared, launcher)
+                self._side_by_side(beside, on_check, noting, ctrl_c, shared, launchers)
             for (variant, _), worker_jobs in by_worker.items():
                 for job in [job for job in worker_jobs if (job.variant, job.suite) in failed]:
                     on_job({"variant": job.variant, "suite": job.suite, "process": job.process, "status": "done",
@@ -176,7 +176,7 @@ class LocalExecutor:
                                                 launcher=launcher)
             ctrl_c.check()
 
-    def _side_by_side(self, jobs: list[Job], on_check, on_job, ctrl_c: "CtrlC", shared: str, launcher: Launcher):
+    def _side_by_side(self, jobs: list[Job], on_check, on_job, ctrl_c: "CtrlC", shared: str, launchers: "Launchers"):
         """``jobs`` in lanes, each with a launcher of its own and its share of the run's threads, taking the next
         variant's jobs when it is free (one variant's can take ten times another's) and running them in a worker of
         their own; every record is handed on from this thread, so the store is written from one, and a lane takes
@@ -210,37 +210,68 @@ class LocalExecutor:
             finally:
                 events.put((None, None))
 
-        with contextlib.ExitStack() as stack:
-            launchers = [launcher.ready()] + [stack.enter_context(Launcher(worker_env(shared), Path(shared) /
-                                                                           f"launcher-{index}.txt")).ready()
-                                              for index in range(1, lanes)]
-            workers = [threading.Thread(target=drive, args=(lane_launcher,), daemon=True) for lane_launcher in launchers]
+        workers = [threading.Thread(target=drive, args=(launchers.lane(index),), daemon=True) for index in range(lanes)]
+        for worker in workers:
+            worker.start()
+        running, failure = len(workers), None
+        try:
+            while running:
+                try:
+                    callback, record = events.get(timeout=0.2)
+                except queue.Empty:
+                    ctrl_c.check()
+                    continue
+                if callback is not None:
+                    callback(record)
+                elif record is None:  # a lane is done
+                    running -= 1
+                elif failure is None:
+                    failure = record
+        finally:
+            stop.stopped = True  # a lane still running (this thread failed) stops its worker
             for worker in workers:
-                worker.start()
-            running, failure = len(workers), None
-            try:
-                while running:
-                    try:
-                        callback, record = events.get(timeout=0.2)
-                    except queue.Empty:
-                        ctrl_c.check()
-                        continue
-                    if callback is not None:
-                        callback(record)
-                    elif record is None:  # a lane is done
-                        running -= 1
-                    elif failure is None:
-                        failure = record
-            finally:
-                stop.stopped = True  # a lane still running (this thread failed) stops its worker
-                for worker in workers:
-                    worker.join()
-            if failure is not None:
-                raise failure
+                worker.join()
+        if failure is not None:
+            raise failure
 
 
 LANES = 2
 """Side-by-side jobs run in this many workers at once (the zoo's machines have two cores)."""
+
+
+class Launchers:
+    """A local run's shared folder (:func:`run_folder`) and its launchers (:mod:`zoo.launcher`), one per lane,
+    each started when first asked for (:meth:`lane`) and stopped with the folder. The harness makes them before it
+    loads the plugins, so the first launcher's import of torch overlaps the runner's own start instead of following
+    it (3-4 s on the zoo's 2-core machines), and asks for the other lanes' as soon as it knows the run has
+    side-by-side jobs: a launcher importing torch while a timed job runs would be load on its timings."""
+
+    def __init__(self) -> None:
+        self._folder = run_folder()
+        self.shared = self._folder.name
+        self._started: dict[int, Launcher] = {}
+        self.lane(0)
+
+    def lane(self, index: int) -> Launcher:
+        """Lane ``index``'s launcher, started (again, if it died)."""
+        if index not in self._started:
+            name = "launcher.txt" if index == 0 else f"launcher-{index}.txt"
+            self._started[index] = Launcher(worker_env(self.shared), Path(self.shared) / name)
+        return self._started[index].ready()
+
+    def close(self) -> None:
+        """Stop every launcher, then remove the folder."""
+        try:
+            for launcher in self._started.values():
+                launcher.close()
+        finally:
+            self._folder.cleanup()
+
+    def __enter__(self) -> "Launchers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class _Stop:
