@@ -418,3 +418,19 @@ def test_a_later_process_of_a_run_reads_back_the_states_the_first_prefilled_and_
     assert timed(later) == timed(first) and len(timed(first)) == 2 * 3  # the variant, its baseline, the standard
     [prefill] = [r for r in combine(counting, profile, [first, later]) if r.check == "prefill-time" and r.n == 128]
     assert prefill.samples == [next(r.value for r in first if r.check == "prefill-time" and r.n == 128)]
+
+
+def test_the_prompt_is_drawn_once_in_a_run_and_read_back_by_its_other_processes(tmp_path, monkeypatch):
+    from zoo.environment import RUN_CACHE
+    from zoo.suites import inference
+
+    settings = PROFILE.of("inference")
+    drawn, randn = [], torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *shape, **kw: drawn.append(shape) or randn(*shape, **kw))
+    monkeypatch.setenv(RUN_CACHE, str(tmp_path))
+    prompts = []
+    for _ in range(2):  # two processes of one run: each starts with no prompt of its own
+        monkeypatch.setattr(inference, "_PROMPTS", {})
+        prompts.append(inference._prompt(settings, PROFILE, 1, min(settings.contexts)))
+    assert len(drawn) == 1 and torch.equal(prompts[0], prompts[1])
+    assert prompts[0].shape == (1, min(settings.contexts), settings.d_model)
