@@ -195,3 +195,21 @@ def test_a_counted_call_stops_at_the_op_past_its_cap():
     with pytest.raises(TooManyOps):
         call_counts(loop, max_ops=forward_and_backward - 1)
     assert call_counts(loop, max_ops=forward_and_backward)[2] == forward_and_backward
+
+
+def test_a_counted_call_stops_at_the_op_whose_output_takes_its_live_tensors_past_the_byte_cap():
+    from zoo.measure import TooMuchMemory, call_counts
+
+    made = []
+
+    def grows():
+        kept = []
+        for size in (1, 2, 4, 8):  # MiB, all kept alive: 1, 3, 7, 15 MiB live
+            made.append(size)
+            kept.append(torch.ones(size * 2 ** 18))
+
+    assert call_counts(grows, max_bytes=15 * 2 ** 20)[1] == 15 * 2 ** 20
+    made.clear()
+    with pytest.raises(TooMuchMemory, match="over 0.00488 GiB of tensors live at once"):
+        call_counts(grows, max_bytes=5 * 2 ** 20)
+    assert made == [1, 2, 4]  # the 4 MiB tensor took them to 7 MiB: nothing after it ran

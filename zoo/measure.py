@@ -59,15 +59,17 @@ class Counters(TorchDispatchMode):
 
     Ops: how many ops reached it (``dispatched``), each costing the framework's per-op overhead whatever its size:
     what a Python loop over tokens pays per token, which counted FLOPs do not see. With ``max_ops``, the op after
-    that many raises :class:`TooManyOps`: a call known to be over a cap is not run to its end.
+    that many raises :class:`TooManyOps`, and with ``max_bytes`` the op that takes the live tensors past that many
+    bytes raises :class:`TooMuchMemory`: a call known to be over a cap is not run to its end.
     """
 
     supports_higher_order_operators = True  # as FlopCounterMode: such an op is left to its own implementation
     _DECOMPOSES: dict = {}  # op overload -> whether FlopCounterMode would decompose it (fixed per op)
 
-    def __init__(self, flops: bool = True, memory: bool = True, max_ops: float | None = None) -> None:
+    def __init__(self, flops: bool = True, memory: bool = True, max_ops: float | None = None,
+                 max_bytes: float | None = None) -> None:
         super().__init__()
-        self.counting_flops, self.tracking_memory, self.max_ops = flops, memory, max_ops
+        self.counting_flops, self.tracking_memory, self.max_ops, self.max_bytes = flops, memory, max_ops, max_bytes
         self.flops_by_op: dict = {}
         self.dispatched = 0
         self.live: dict[int, int] = {}
@@ -91,6 +93,8 @@ class Counters(TorchDispatchMode):
         self.live[key] = size, weakref.ref(storage, lambda _, key=key: self._release(key))  # cheaper than finalize
         self.current += size
         self.peak = max(self.peak, self.current)
+        if self.max_bytes is not None and self.peak > self.max_bytes:
+            raise TooMuchMemory(self.max_bytes)
 
     def _release(self, key: int) -> None:
         size, _ = self.live.pop(key, (0, None))
@@ -137,12 +141,24 @@ class Counters(TorchDispatchMode):
         return out
 
 
-class TooManyOps(Exception):
-    """A counted call dispatched more ops than its ``max_ops`` (:class:`Counters`); it was stopped there."""
+class OverCap(Exception):
+    """A counted call went past a cap (:class:`Counters`); it was stopped there."""
+
+
+class TooManyOps(OverCap):
+    """A counted call dispatched more ops than its ``max_ops``."""
 
     def __init__(self, max_ops: float) -> None:
         super().__init__(f"over {max_ops:g} ops dispatched in one call")
         self.max_ops = max_ops
+
+
+class TooMuchMemory(OverCap):
+    """A counted call's live tensors took more bytes than its ``max_bytes``."""
+
+    def __init__(self, max_bytes: float) -> None:
+        super().__init__(f"over {max_bytes / 2 ** 30:.3g} GiB of tensors live at once in one call")
+        self.max_bytes = max_bytes
 
 
 _ALIASES: dict = {}
@@ -233,10 +249,11 @@ def cheaper_on_fake_tensors(counted: list[tuple[int, float, int]], n: int) -> bo
     return at_n([(m, s) for m, s, _ in last]) > FAKE_SECONDS_PER_OP * at_n([(m, o) for m, _, o in last])
 
 
-def call_counts(fn: Callable[[], object], max_ops: float | None = None) -> tuple[int, int, int]:
+def call_counts(fn: Callable[[], object], max_ops: float | None = None,
+                max_bytes: float | None = None) -> tuple[int, int, int]:
     """FLOPs, peak live tensor bytes and ops dispatched of one call of ``fn``, in one pass (:class:`TooManyOps` once
-    it dispatches more than ``max_ops``)."""
-    with Counters(max_ops=max_ops) as counter:
+    it dispatches more than ``max_ops``, :class:`TooMuchMemory` once its live tensors take more than ``max_bytes``)."""
+    with Counters(max_ops=max_ops, max_bytes=max_bytes) as counter:
         fn()
     return counter.flops, counter.peak, counter.dispatched
 

@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Mapping
 from .checks import SKIPPED, Result
 from .contract import Variant
 from .environment import run_shared
-from .measure import TooManyOps, call_counts
+from .measure import TooManyOps, TooMuchMemory, call_counts
 from .workload import Workload
 
 
@@ -55,10 +55,11 @@ class Plan:
         return {who for who, lengths in self.lengths.items() if n in lengths}
 
 
-def _counted(load: Workload, max_ops: float | None) -> Cost:
+def _counted(load: Workload, max_ops: float | None, max_bytes: float | None = None) -> Cost:
     """The cost of one forward+backward call (a floor's forward: it has no backward pass);
-    :class:`~zoo.measure.TooManyOps` once it dispatches more than ``max_ops``."""
-    flops, peak, ops = call_counts(load.train_step or load.forward, max_ops)
+    :class:`~zoo.measure.TooManyOps` once it dispatches more than ``max_ops``, :class:`~zoo.measure.TooMuchMemory`
+    once its live tensors take more than ``max_bytes``."""
+    flops, peak, ops = call_counts(load.train_step or load.forward, max_ops, max_bytes)
     return Cost(flops=float(flops), bytes=float(peak), ops=float(ops))
 
 
@@ -115,13 +116,16 @@ def bounded(n: int, counted_n: int, cost: Cost, least: tuple[float, float] = (0,
 
 def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Iterable[int],
                   claims: Mapping[str, tuple[float, float]] = {}, max_ops: float | None = None,
-                  fits: Callable[[Cost], bool] | None = None) -> dict[str, dict[int, Cost]]:
+                  fits: Callable[[Cost], bool] | None = None, max_bytes: float | None = None,
+                  ) -> dict[str, dict[int, Cost]]:
     """Every callable's counted cost at the (up to) two smallest lengths, extrapolated to all of them;
     ``claims`` gives a callable's claimed (time, memory) exponents, used as the least slopes. A callable whose
     counting call runs out of memory is uncounted from that length on (the others are counted as usual). One
     whose ops at the smallest length already predict more than ``max_ops`` at the second is not counted there:
     it is left out there anyway, and that count was the longest call of a plan (a token-by-token recurrence); one
-    that dispatches more than ``max_ops`` in a count is stopped there, and left out from that length on. One whose
+    that dispatches more than ``max_ops`` in a count, or whose live tensors take more than ``max_bytes`` (materialising
+    an n x n x d tensor, say: counting one to its end took seconds), is stopped there, and left out from that length
+    on. One whose
     smallest count, grown as fast as attention's costs grow (:func:`bounded`), ``fits`` the caps at every length is
     not counted again: where the bound holds, its second count could not leave any length out (a test holds the
     built-ins' plans to those made counting twice). At the quick profile's two lengths that spares most callables
@@ -141,9 +145,11 @@ def predict_costs(loads_at: Callable[[int], Mapping[str, Workload]], lengths: It
                 fitting.add(who)
                 continue
             try:
-                counted[who].append((n, _counted(load, max_ops)))
+                counted[who].append((n, _counted(load, max_ops, max_bytes)))
             except TooManyOps as exc:
                 failed[who] = (n, f"{exc} at n={n} (a loop in Python): the profile's cap")
+            except TooMuchMemory as exc:
+                failed[who] = (n, f"{exc} at n={n}: the profile's cap")
             except (MemoryError, RuntimeError) as exc:
                 if not out_of_memory(exc):
                     raise
@@ -182,7 +188,7 @@ def plan_lengths(loads_at: Callable[[int], Mapping[str, Workload]], lengths: Ite
     """The plan for one variant and its comparators and baselines (see the module's docstring)."""
     lengths = sorted(set(lengths))
     costs = predict_costs(loads_at, lengths, {variant.name: (variant.complexity.time, variant.complexity.memory)},
-                          max_ops, lambda cost: over_caps(cost, max_gflop, max_gib, max_ops) is None)
+                          max_ops, lambda cost: over_caps(cost, max_gflop, max_gib, max_ops) is None, max_gib * 2 ** 30)
     plan = Plan()
     for who in costs:
         plan.lengths[who], plan.left_out[who] = [], {}
