@@ -47,3 +47,15 @@ def test_a_plot_drawn_from_other_inputs_replaces_the_folders_even_where_its_pixe
     assert same_pixels != png
     assert _as_drawn_before(tmp_path / "line.png", same_pixels) == same_pixels
     assert _as_drawn_before(tmp_path / "line.png", png) == png
+
+
+def test_a_plot_function_whose_source_cannot_be_read_is_drawn_every_time(tmp_path, monkeypatch):
+    import inspect
+
+    DRAWN.clear()
+    name, png = _line(ROWS, frozenset())
+    (tmp_path / name).write_bytes(png)
+    monkeypatch.setattr(inspect, "getsourcefile", lambda _: None)  # as in a frozen or zipped install
+    with plots.reusing(tmp_path):
+        assert _line(ROWS, frozenset())[0] == name
+    assert DRAWN == ["line.png"] * 2

@@ -89,15 +89,17 @@ def drawn_once(draw):
 
 
 def _inputs_key(draw, args, kwargs) -> str | None:
+    """The sha256 of what :func:`drawn_once` keys ``draw``'s call on; None where a part cannot be read (arguments
+    of another kind, a function whose source file is not there)."""
     import matplotlib
 
     try:
-        text = repr(_plain([args, kwargs]))
-    except TypeError:
+        parts = (matplotlib.__version__, draw.__qualname__, Path(inspect.getsourcefile(draw)).read_bytes(),
+                 Path(__file__).read_bytes(), repr(builtin_variants()), repr(_plain([args, kwargs])))
+    except (TypeError, OSError):
         return None
     digest = hashlib.sha256()
-    for part in (matplotlib.__version__, draw.__qualname__, Path(inspect.getsourcefile(draw)).read_bytes(),
-                 Path(__file__).read_bytes(), repr(builtin_variants()), text):
+    for part in parts:
         digest.update(part if isinstance(part, bytes) else part.encode())
     return digest.hexdigest()
 
