@@ -251,8 +251,9 @@ def zoo_register_variants(register):
         flops=flops,
         decoder=zoo.Decoder(prefill=prefill, step=step, growth="fixed", state_bytes=state_bytes),
         targets=(
-            zoo.Target("time-ratio", versus="recurrent", at_most=1 / 5, mode="causal", phase="fwd+bwd", n=1024,
-                       note="at least 5x faster than its token-by-token recurrence"),
+            zoo.Target("time-ratio", versus="recurrent", at_most=1 / 10, mode="causal", phase="fwd+bwd", n=4096,
+                       note="at least 10x faster than its token-by-token recurrence (judged on the long board: the "
+                            "quick profile leaves the recurrence out)"),
             zoo.Target("decode-growth", at_least=1 / 1.1, at_most=1.1, mode="causal", phase="decode",
                        note="time per generated token constant within 10% from the shortest timed context to the longest"),
         ),
