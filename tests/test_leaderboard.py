@@ -480,6 +480,31 @@ def test_the_committed_boards_measured_each_built_in_on_the_plugin_file_installe
     assert not outdated, "\n".join(outdated)
 
 
+def test_every_variant_on_a_committed_board_is_shown_in_each_of_its_suites():
+    """A board shows, per suite, the runs with that suite's settings: measuring a few variants again after a suite's
+    settings changed leaves the section with those few (the long board's inference section once lost nine of its
+    thirteen that way). Every variant a committed board holds has rows of every suite the board shows (a carried
+    suite, quality, takes each variant's latest rows on its source from any run instead)."""
+    from pathlib import Path
+
+    import zoo
+    from zoo.board import board_rows
+    from zoo.folder import BoardFolder
+    from zoo.leaderboard import board_run
+
+    carried = {name: suite.carried for name, suite in zoo.load_registry().suites.items()}
+    root = Path(__file__).resolve().parent.parent
+    missing = []
+    for folder in [path.parent for path in sorted((root / "leaderboard").rglob("runs.jsonl"))]:
+        store = BoardFolder(folder).for_reading()
+        shown, held = board_run(store)
+        jobs = board_rows(store, shown, frozenset(held) - {shown})[1]
+        everyone = set(jobs.variant)
+        missing += [f"{folder.relative_to(root)}: no {suite} rows of {', '.join(sorted(everyone - set(group.variant)))}"
+                    for suite, group in jobs.groupby("suite") if not carried[suite] and everyone - set(group.variant)]
+    assert not missing, "\n".join(missing)
+
+
 def test_an_unranked_variants_page_gives_the_command_that_measures_it_again(registry, tmp_path):
     """Failing or never checked, the page's standing ends with the command that measures what keeps it out: the
     blocking suites of a variant that fails, the required suite of one that was never checked."""
