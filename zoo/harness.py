@@ -74,8 +74,8 @@ def run(variants: str | Iterable[str] | None = None, *, filters: str | Iterable[
     if resume and not folder.exists():
         raise OptionError(f"--resume: no run to continue in {str(folder.path)!r} (no {folder.database.name} there)")
     folder.path_must_be_writable()
-    with contextlib.ExitStack() as stack:  # a local run's first launcher imports torch while plugins load
-        launchers = stack.enter_context(Launchers()) if executor == "local" else None
+    # a local run's first launcher imports torch while plugins load
+    with Launchers() if executor == "local" else contextlib.nullcontext() as launchers:
         # select: the variants, the suites and their settings
         if registry is None:
             registry = load_registry(plugins_dirs, strict=strict)

@@ -334,14 +334,14 @@ def test_no_label_of_the_committed_recall_vs_state_plot_overlaps_another_a_point
 
     import pandas as pd
 
-    from zoo.suites.quality import _recall_state_plot
+    from zoo.suites.quality import _recall_state_plot, recall_spread
 
     results = pd.read_csv(Path(__file__).resolve().parents[2] / "leaderboard" / "results.csv")
     quality = results[results.suite == "quality"].copy()
     quality["params"] = quality.params.map(lambda p: json.loads(p) if isinstance(p, str) else None)
     board = SimpleNamespace(variants=sorted(set(results.variant)), ranked=lambda variant: True)
     drawn = _drawn_figures(monkeypatch)
-    assert _recall_state_plot(board, quality) is not None
+    assert _recall_state_plot(board, quality, recall_spread(quality)) is not None
     [ax] = drawn["recall-vs-state.png"].axes
     most = quality[quality.check == "recall-vs-pairs"].n.max()
     points = set(quality[(quality.check == "recall-state-bytes") & (quality.n == most)].variant)

@@ -420,8 +420,10 @@ def section(board) -> zoo.Section:
             "fixed width: more key-value pairs to hold, from a key vocabulary twice their number. Softmax "
             "attention can look each key up exactly; a fixed-size state (linear attention) must compress all "
             f"pairs and is expected to fall behind as they grow. Settings at the largest: {example}."]))
-    recall = _recall_plot(curve, recall_spread(quality), plots_.unranked(board), tuple(board.variants))
-    plots = [plot for plot in (_accuracy_plot(board, quality, figures), recall, _recall_state_plot(board, quality)) if plot]
+    spread = recall_spread(quality)
+    recall = _recall_plot(curve, spread, plots_.unranked(board), tuple(board.variants))
+    plots = [plot for plot in (_accuracy_plot(board, quality, figures), recall,
+                               _recall_state_plot(board, quality, spread)) if plot]
     return zoo.Section("Quality", [
         f"From {source}.{board.machines_text(SUITE)} Each variant trains with its plugin's quality options "
         "(*trained with*: a window, blocks or "
@@ -555,7 +557,7 @@ def recall_spread(quality) -> dict[tuple[str, int], float]:
             for (variant, task), values in scores.groupby(level=["variant", "task"]) if len(values) > 1}
 
 
-def _recall_state_plot(board, quality):
+def _recall_state_plot(board, quality, spread: dict[tuple[str, int], float]):
     """Recall at the largest number of pairs against the state the task's model keeps per sequence while decoding,
     one point per variant that decodes, with its Pareto front (Based, Arora et al. 2024: the recall a state
     size buys); each variant in its board-wide colour, grey where the board does not rank it, a bar of one standard
@@ -576,7 +578,7 @@ def _recall_state_plot(board, quality):
         key = (row.variant, row.params["option"], row.params["value"]) if isinstance(row.params, dict) else None
         if key in state_of:
             dials.setdefault(row.variant, []).append((float(state_of[key]), float(row.value), f"{key[1]}={key[2]}"))
-    spread = {variant: std for (variant, at), std in recall_spread(quality).items() if at == pairs}
+    spread = {variant: std for (variant, at), std in spread.items() if at == pairs}
     return _pareto_plot(state, recall, "decoding state per sequence of the recall model at the task's length (bytes)",
                         f"associative recall at {pairs} pairs", "recall-vs-state.png", top=1.02, dials=dials,
                         greyed=plots_.unranked(board), palette=tuple(board.variants), y_spread=spread,
